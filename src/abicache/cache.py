@@ -1,0 +1,309 @@
+"""get_or_build: key -> memo -> lookup -> lock -> re-check -> build -> audit -> publish.
+
+The cache knows no compiler: a frontend describes the inputs and passes a
+`build(out_dir)` callable; the cache decides whether to call it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from . import audit, config, key as keys, progress
+from ._version import __version__
+from .env import Facts
+from .errors import AbicacheError, BuildError, ManifestError
+from .explain import Explanation, explain
+from .requirements import Requirement, Requirements
+from .store import Manifest, Store
+from .store.lock import key_lock
+from .store.manifest import variant_id
+
+Builder = Callable[[Path], Any]
+Auditor = Callable[[Path, Sequence[str]], "tuple[Requirements, dict[str, Any]]"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    key: str
+    variant: str
+    kind: str
+    name: str
+    path: Path  # the variant directory
+    files: tuple[str, ...]
+    requirements: Requirements
+    manifest: Manifest
+    hit: bool
+
+    def file(self, name: str | None = None) -> Path:
+        """The path of one file; without a name, the only file (or an error)."""
+        if name is None:
+            if len(self.files) != 1:
+                raise AbicacheError(f"{self.name} has {len(self.files)} files; name the one you want")
+            name = self.files[0]
+        if name not in self.files:
+            raise AbicacheError(f"{self.name} has no file {name!r}; it has {', '.join(self.files)}")
+        return self.path / name
+
+
+def _artifact(vdir: Path, manifest: Manifest, hit: bool) -> Artifact:
+    return Artifact(
+        key=manifest.key,
+        variant=manifest.variant,
+        kind=manifest.kind,
+        name=manifest.name,
+        path=vdir,
+        files=tuple(f.path for f in manifest.files),
+        requirements=manifest.requirements,
+        manifest=manifest,
+        hit=hit,
+    )
+
+
+def _as_inputs(inputs: keys.Inputs | Mapping[str, Any]) -> keys.Inputs:
+    if isinstance(inputs, keys.Inputs):
+        return inputs
+    return keys.Inputs.make(**inputs)
+
+
+class Cache:
+    """A local store plus the facts it checks requirements against.
+
+    verify_age: seconds after which a hit re-hashes its files (ABICACHE_VERIFY_AGE).
+    touch_interval: seconds between last-use updates (ABICACHE_TOUCH_INTERVAL).
+    lock_timeout: seconds to wait for another builder (ABICACHE_LOCK_TIMEOUT).
+    audit: detects requirements from built files (default: abicache.audit.detect).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        facts: Facts | None = None,
+        shared: bool | None = None,
+        verify_age: float | None = None,
+        touch_interval: float | None = None,
+        lock_timeout: float | None = None,
+        audit: Auditor | None = None,
+    ) -> None:
+        self.root = Path(root) if root is not None else config.default_root()
+        share = config.flag("ABICACHE_SHARED") if shared is None else shared
+        self.store = Store(self.root, shared=share)
+        self.facts = facts if facts is not None else Facts(memo_dir=self.store.layout.tools)
+        self.verify_age = config.seconds("ABICACHE_VERIFY_AGE") if verify_age is None else verify_age
+        self.touch_interval = (
+            config.seconds("ABICACHE_TOUCH_INTERVAL") if touch_interval is None else touch_interval
+        )
+        self.lock_timeout = (
+            config.seconds("ABICACHE_LOCK_TIMEOUT") if lock_timeout is None else lock_timeout
+        )
+        self.audit = audit or _default_audit
+        self._memo: dict[tuple[Any, ...], Artifact] = {}
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    # ---- keys and lookup -------------------------------------------------
+
+    def key_for(self, kind: str, name: str, inputs: keys.Inputs) -> tuple[str, dict[str, Any]]:
+        described = inputs.describe(self.facts)
+        return keys.compute(kind, name, described), described
+
+    def lookup(
+        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any], *, verify: str = "quick"
+    ) -> Artifact | None:
+        self.store.ensure()
+        key, _ = self.key_for(kind, name, _as_inputs(inputs))
+        return self._find(kind, key, verify)
+
+    def _find(self, kind: str, key: str, verify: str) -> Artifact | None:
+        usable = []
+        for vdir in self.store.variant_dirs(kind, key):
+            try:
+                manifest = self.store.read_manifest(vdir)
+            except FileNotFoundError:
+                continue  # being published or removed right now
+            except (ManifestError, OSError) as exc:
+                self._reject(vdir, f"unreadable manifest: {exc}")
+                continue
+            if manifest.requirements.satisfied_by(self.facts):
+                usable.append((vdir, manifest))
+        # The most specific variant first (like packaging.tags), then the newest.
+        usable.sort(key=lambda vm: (len(vm[1].requirements), vm[1].created), reverse=True)
+        for vdir, manifest in usable:
+            if self._verified(vdir, manifest, verify):
+                self.store.touch(vdir, self.touch_interval)
+                return _artifact(vdir, manifest, hit=True)
+        return None
+
+    def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
+        full = verify == "full" or self.store.verified_age(vdir) > self.verify_age
+        if not full:
+            problem = self.store.quick_problem(vdir, manifest)
+            damaged: list[str] = []
+        else:
+            found = self.store.full_problem(vdir, manifest)
+            problem, damaged = found if found else (None, [])
+            if problem is None:
+                self.store.mark_verified(vdir)
+        if problem is not None:
+            self._reject(vdir, problem, damaged)
+            return False
+        return True
+
+    def _reject(self, vdir: Path, reason: str, damaged: Sequence[str] = ()) -> None:
+        where = self.store.quarantine(vdir, reason, damaged)
+        if where is not None:
+            warnings.warn(
+                f"abicache: quarantined {vdir} ({reason}); it will be rebuilt. Moved to {where}",
+                _warning_type(),
+                stacklevel=4,
+            )
+
+    # ---- get_or_build ----------------------------------------------------
+
+    def get_or_build(
+        self,
+        kind: str,
+        name: str,
+        inputs: keys.Inputs | Mapping[str, Any],
+        build: Builder,
+        requires: Iterable[Requirement | str] | Requirements = (),
+        *,
+        verify: str = "quick",
+    ) -> Artifact:
+        """The cached artifact for these inputs, building it once if needed.
+
+        verify: "quick" (sizes and blob identity) or "full" (sha256 of every file).
+        """
+        if verify not in ("quick", "full"):
+            raise ValueError(f"verify must be 'quick' or 'full', not {verify!r}")
+        inputs = _as_inputs(inputs)
+        declared = Requirements.of(requires)
+        memo_key = (kind, name, inputs, declared, verify)
+        found = self._memo.get(memo_key)
+        if found is not None and os.path.isdir(found.path):
+            return found
+        self.store.ensure()
+        key, described = self.key_for(kind, name, inputs)
+        found = self._find(kind, key, verify)
+        if found is None:
+            self._log_miss(kind, name, described, key)
+            with key_lock(self.store.layout.lock_file(key), f"{kind} {name}",
+                          self.lock_timeout, progress.note):
+                found = self._find(kind, key, verify)  # another process may have built it
+                if found is None:
+                    found = self._build(kind, name, key, described, build, declared)
+        self._memo[memo_key] = found
+        return found
+
+    def _build(
+        self,
+        kind: str,
+        name: str,
+        key: str,
+        described: dict[str, Any],
+        build: Builder,
+        declared: Requirements,
+    ) -> Artifact:
+        with self.store.stage() as stage:
+            start = time.perf_counter()
+            build(stage)
+            seconds = time.perf_counter() - start
+            paths = self.store.collect(stage)
+            detected, summary = self.audit(stage, paths)
+            reqs = declared | detected
+            unmet = reqs.unmet(self.facts)
+            if unmet:
+                raise BuildError(
+                    f"{kind} {name!r} was built, but cannot be loaded here: "
+                    + "; ".join(str(u) for u in unmet)
+                )
+            manifest = Manifest(
+                key=key,
+                variant=variant_id(reqs),
+                kind=kind,
+                name=name,
+                files=self.store.ingest(stage, paths),
+                requirements=reqs,
+                declared=declared,
+                detected=detected,
+                inputs=described,
+                facts=self.facts.snapshot(),
+                audit=summary,
+                builder={"callable": _qualname(build)},
+                abicache_version=__version__,
+                created=time.time(),
+                build_seconds=round(seconds, 6),
+            )
+            vdir, won = self.store.commit(stage, manifest)
+            if not won:
+                manifest = self.store.read_manifest(vdir)
+            return _artifact(vdir, manifest, hit=False)
+
+    # ---- explaining ------------------------------------------------------
+
+    def explain(
+        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any] | None = None
+    ) -> Explanation:
+        """Why (kind, name) with these inputs hits or misses; without inputs,
+        the newest entry compared with the others."""
+        self.store.ensure()
+        if inputs is None:
+            return explain(self.store, self.facts, kind, name, None, None)
+        key, described = self.key_for(kind, name, _as_inputs(inputs))
+        return explain(self.store, self.facts, kind, name, described, key)
+
+    def _log_miss(self, kind: str, name: str, described: dict[str, Any], key: str) -> None:
+        if not config.flag("ABICACHE_EXPLAIN"):
+            return
+        import logging
+
+        # With no logging configured, logging's last-resort handler prints to stderr.
+        text = str(explain(self.store, self.facts, kind, name, described, key))
+        logging.getLogger("abicache").warning("abicache miss: %s", text)
+
+
+def _default_audit(stage: Path, paths: Sequence[str]) -> tuple[Requirements, dict[str, Any]]:
+    return audit.detect(stage, paths)
+
+
+def _qualname(build: Builder) -> str:
+    module = getattr(build, "__module__", "") or ""
+    return f"{module}.{getattr(build, '__qualname__', type(build).__name__)}".lstrip(".")
+
+
+def _warning_type() -> type[Warning]:
+    from .errors import AbicacheWarning
+
+    return AbicacheWarning
+
+
+_default: dict[Path, Cache] = {}
+
+
+def default_cache() -> Cache:
+    """The process-wide cache at ABICACHE_DIR (or the user cache dir)."""
+    root = config.default_root()
+    cache = _default.get(root)
+    if cache is None:
+        cache = _default[root] = Cache(root)
+    return cache
+
+
+def get_or_build(
+    kind: str,
+    name: str,
+    inputs: keys.Inputs | Mapping[str, Any],
+    build: Builder,
+    requires: Iterable[Requirement | str] | Requirements = (),
+    cache: Cache | None = None,
+    *,
+    verify: str = "quick",
+) -> Artifact:
+    """Module-level shortcut for (cache or default_cache()).get_or_build(...)."""
+    return (cache or default_cache()).get_or_build(kind, name, inputs, build, requires, verify=verify)

@@ -1,0 +1,5 @@
+"""The `abicache` command."""
+
+from .main import main
+
+__all__ = ["main"]

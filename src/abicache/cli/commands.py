@@ -1,0 +1,222 @@
+"""One function per subcommand; each returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from ..cache import Cache
+from ..env import FACT_NAMES
+from ..errors import AbicacheError, ManifestError, NotFound
+from ..store import Manifest
+from ..store.gc import collect_garbage, disk_usage
+from ..store.verify import verify_store
+from . import render
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$", re.I)
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 500M, 10G or 0")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
+    return int(float(match.group(1)) * scale)
+
+
+def parse_age(text: str) -> float:
+    match = _AGE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age; use e.g. 30d, 12h, 90m")
+    unit = (match.group(2) or "s").lower()
+    scale = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+    return float(match.group(1)) * scale
+
+
+def _cache(args: argparse.Namespace) -> Cache:
+    cache = Cache(args.root) if args.root else Cache()
+    cache.store.ensure()
+    return cache
+
+
+def _manifests(cache: Cache) -> list[tuple[Path, Manifest]]:
+    out = []
+    for vdir in cache.store.iter_variant_dirs():
+        try:
+            out.append((vdir, cache.store.read_manifest(vdir)))
+        except (OSError, ManifestError):
+            continue
+    return out
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    cache = Cache(args.root) if args.root else Cache()
+    facts = cache.facts.probe_all()
+    settings = {name: os.environ.get(name) for name in config.VARIABLES}
+    if args.json:
+        render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings})
+        return 0
+    render.table("environment facts", ["fact", "value"],
+                 [(n, facts.get(n) if facts.get(n) is not None else "-") for n in FACT_NAMES])
+    render.table(f"settings (root: {cache.root})", ["variable", "value", "default", "meaning"],
+                 [(n, settings[n] or "", d, m) for n, (d, m) in config.VARIABLES.items()])
+    return 0
+
+
+def _size(vdir: Path, m: Manifest) -> int:
+    return sum(f.size for f in m.files)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    rows = [(v, m) for v, m in _manifests(cache) if not args.kind or m.kind == args.kind]
+    rows.sort(key=lambda vm: (vm[1].kind, vm[1].name, -vm[1].created))
+    if args.json:
+        render.emit_json([_summary(cache, v, m) for v, m in rows])
+        return 0
+    render.table(
+        f"{len(rows)} entries in {cache.root}",
+        ["kind", "name", "key", "variant", "size", "last used", "requirements"],
+        [(m.kind, m.name, m.key[:12], m.variant[:8], render.human_size(_size(v, m)),
+          render.ago(cache.store.last_used(v)), str(m.requirements) or "(none)") for v, m in rows],
+    )
+    return 0
+
+
+def _summary(cache: Cache, vdir: Path, m: Manifest) -> dict[str, Any]:
+    return {
+        "kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant,
+        "path": str(vdir), "size": _size(vdir, m), "files": [f.path for f in m.files],
+        "requirements": m.requirements.to_list(), "created": m.created,
+        "last_used": cache.store.last_used(vdir),
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    prefix = args.key.lower()
+    found = [(v, m) for v, m in _manifests(cache) if m.key.startswith(prefix)]
+    if not found:
+        raise NotFound(f"no entry has a key starting with {args.key!r}; 'abicache ls' lists them")
+    if len({m.key for _, m in found}) > 1:
+        raise AbicacheError(f"{args.key!r} matches several keys; give more characters")
+    if args.json:
+        render.emit_json([{**m.to_dict(), "path": str(v)} for v, m in found])
+        return 0
+    for vdir, m in found:
+        render.say(f"[bold]{m.kind} {m.name}[/]  key {m.key}  variant {m.variant}")
+        render.say(f"  path: {vdir}")
+        render.say(f"  requirements: {m.requirements or '(none: loads anywhere this platform runs)'}")
+        render.say(f"  built: {render.ago(m.created)} in {m.build_seconds:.2f} s by abicache {m.abicache_version}")
+        render.table("files", ["file", "size", "sha256", "mode"],
+                     [(f.path, render.human_size(f.size), f.sha256[:16], f"{f.mode:o}") for f in m.files])
+        render.table("inputs", ["input", "value"], _input_rows(m.inputs))
+    return 0
+
+
+def _input_rows(inputs: Any) -> list[tuple[str, str]]:
+    rows = [(f"source {n}", h[:16]) for n, h in inputs.get("sources", {}).items()]
+    rows.append(("flags", " ".join(inputs.get("flags", []))))
+    rows += [(f"tool {n}", str(v)) for n, v in inputs.get("tools", {}).items()]
+    rows += [(f"extra {n}", str(v)) for n, v in inputs.get("extra", {}).items()]
+    return rows
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    kinds = sorted({m.kind for _, m in _manifests(cache) if m.name == args.name})
+    if args.kind:
+        kinds = [args.kind]
+    if not kinds:
+        raise NotFound(f"nothing named {args.name!r} is in the cache at {cache.root}")
+    explanations = [cache.explain(kind, args.name) for kind in kinds]
+    if args.json:
+        render.emit_json([e.to_dict() for e in explanations])
+    else:
+        for e in explanations:
+            render.say("\n".join(e.lines()))
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    with render.Progress("evicting", None) as bar:
+        report = collect_garbage(cache.store, max_size=args.max_size, max_age=args.max_age,
+                                 dry_run=args.dry_run, progress=bar.advance)
+    if args.json:
+        render.emit_json(report.__dict__)
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    render.say(f"{verb} {report.entries_removed} of {report.entries_before} entries, "
+               f"{report.blobs_removed} blobs, {report.leftovers_removed} builder leftovers; "
+               f"{render.human_size(report.bytes_before)} -> {render.human_size(report.bytes_after)}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    total = sum(1 for _ in cache.store.iter_variant_dirs())
+    with render.Progress("verifying", total) as bar:
+        report = verify_store(cache.store, full=args.full, progress=bar.advance)
+    if args.json:
+        render.emit_json({**report.__dict__, "problems": [p.__dict__ for p in report.problems],
+                          "clean": report.clean, "full": args.full})
+    else:
+        mode = "full (sha256)" if args.full else "quick (sizes, links)"
+        render.say(f"verified {report.entries} entries, {report.blobs} blobs, "
+                   f"{render.human_size(report.bytes_hashed)} hashed, {mode}, in {report.seconds:.2f} s")
+        if report.leftovers:
+            render.say(f"{report.leftovers} leftovers of interrupted builds in tmp/ (harmless; gc removes them)")
+        if report.problems:
+            render.table("quarantined (will be rebuilt on next use)", ["where", "problem"],
+                         [(p.where, p.reason) for p in report.problems])
+        else:
+            render.say("clean: no damage found")
+    return 0 if report.clean else 1
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    entries = _manifests(cache)
+    stored, blob_count = disk_usage(cache.store)
+    logical = sum(_size(v, m) for v, m in entries)
+    by_kind: dict[str, list[int]] = {}
+    for vdir, m in entries:
+        row = by_kind.setdefault(m.kind, [0, 0])
+        row[0] += 1
+        row[1] += _size(vdir, m)
+    doc = {
+        "root": str(cache.root), "entries": len(entries), "blobs": blob_count,
+        "stored_bytes": stored, "logical_bytes": logical,
+        "quarantined": len(list(_children(cache.store.layout.quarantine))),
+        "leftovers": len(list(_children(cache.store.layout.tmp))),
+        "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
+    }
+    if args.json:
+        render.emit_json(doc)
+        return 0
+    saved = logical - stored
+    render.say(f"{cache.root}: {len(entries)} entries, {blob_count} blobs, "
+               f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "
+               f"({render.human_size(max(saved, 0))} saved by sharing)")
+    render.table("by kind", ["kind", "entries", "size"],
+                 [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
+    return 0
+
+
+def _children(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.name != "damaged-blobs"]
+    except FileNotFoundError:
+        return []
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    return demo.run(args)

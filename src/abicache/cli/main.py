@@ -1,0 +1,70 @@
+"""abicache command line: env, ls, show, explain, gc, verify, stats, demo.
+
+Exit codes: 0 success; 1 the command found a problem (verify found damage,
+explain found a miss, show found nothing); 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import __version__
+from ..errors import AbicacheError
+from . import commands
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits 2 too; say how to get help
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"abicache: error: {message}\nTry 'abicache --help'.\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--root", type=Path, help="store root (default: ABICACHE_DIR or user cache dir)")
+    parser = _Parser(prog="abicache", description="Build, cache and load compiled artifacts safely.")
+    parser.add_argument("--version", action="version", version=f"abicache {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    sub.add_parser("env", parents=[common], help="facts about this environment and settings")
+    p = sub.add_parser("ls", parents=[common], help="list cache entries")
+    p.add_argument("--kind", help="only entries of this kind (e.g. cc.library)")
+    p = sub.add_parser("show", parents=[common], help="show the manifest of an entry")
+    p.add_argument("key", help="a key or a unique prefix of one (see 'abicache ls')")
+    p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss")
+    p.add_argument("name")
+    p.add_argument("--kind", help="artifact kind (default: every kind with this name)")
+    p = sub.add_parser("gc", parents=[common], help="evict entries by size and age")
+    p.add_argument("--max-size", type=commands.parse_size, help="e.g. 10G, 500M, 0")
+    p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
+    p.add_argument("--dry-run", action="store_true", help="report what would be removed")
+    p = sub.add_parser("verify", parents=[common], help="check entries; quarantine damage")
+    p.add_argument("--full", action="store_true", help="re-hash every file and blob")
+    sub.add_parser("stats", parents=[common], help="size, entries, sharing")
+    sub.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = getattr(commands, f"cmd_{args.command}")
+    try:
+        return int(handler(args) or EXIT_OK)
+    except AbicacheError as exc:
+        sys.stderr.write(f"abicache: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("abicache: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Output for people (rich tables) and for scripts (--json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Iterable, Sequence
+
+
+def emit_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    _console().print(t)
+
+
+def say(text: str = "") -> None:
+    _console().print(text, highlight=False)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output (logs, CI) gets wide lines instead of 80-column wrapping.
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def ago(timestamp: float) -> str:
+    delta = max(0.0, time.time() - timestamp)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if delta >= size:
+            return f"{delta / size:.0f} {unit} ago"
+    return f"{delta:.0f} s ago"
+
+
+class Progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, label: str, total: int | None) -> None:
+        self.label, self.total = label, total
+        self._bar: Any = None
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=self.total)
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()

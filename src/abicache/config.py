@@ -1,0 +1,64 @@
+"""Settings read from the environment, with their defaults.
+
+Every variable abicache reads is named here, so the docs and `abicache env`
+can list them from one place.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import ConfigError
+
+#: variable name -> (default, meaning); the docs are generated from this table.
+VARIABLES: dict[str, tuple[str, str]] = {
+    "ABICACHE_DIR": ("<user cache dir>/abicache", "root of the local store"),
+    "ABICACHE_SHARED": ("0", "1: allow a group-writable root shared by several users"),
+    "ABICACHE_VERIFY_AGE": ("604800", "seconds after which a hit re-hashes the files in full"),
+    "ABICACHE_TOUCH_INTERVAL": ("600", "seconds between two last-use updates of one entry"),
+    "ABICACHE_LOCK_TIMEOUT": ("900", "seconds to wait for another process building the same key"),
+    "ABICACHE_EXPLAIN": ("0", "1: log why every miss missed"),
+    "ABICACHE_PROGRESS": ("auto", "1/0: force build progress lines on stderr on/off"),
+}
+
+
+def default_root() -> Path:
+    """ABICACHE_DIR, else the platform's user cache directory."""
+    explicit = os.environ.get("ABICACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    # Imported here: platformdirs costs ~3 ms and is not needed when ABICACHE_DIR is set.
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("abicache", appauthor=False))
+
+
+def seconds(name: str) -> float:
+    """A non-negative number of seconds from the environment, or its default."""
+    raw = os.environ.get(name, VARIABLES[name][0])
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ConfigError(
+            f"{name}={raw!r} is not a number of seconds; set it to a value like {VARIABLES[name][0]}"
+        )
+    return value
+
+
+def flag(name: str) -> bool:
+    raw = os.environ.get(name, VARIABLES[name][0]).strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("", "0", "false", "no", "off", "auto"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; set it to 1 or 0")
+
+
+def tristate(name: str) -> bool | None:
+    """Like flag(), but 'auto' (the default) gives None."""
+    if os.environ.get(name, "auto").strip().lower() == "auto":
+        return None
+    return flag(name)

@@ -1,0 +1,83 @@
+"""The Facts container: named values, each probed once on first use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from . import probes
+
+#: fact name -> the probe group that produces it (one probe call fills a group).
+_GROUPS: dict[str, Callable[[Facts], Mapping[str, str | None]]] = {}
+
+
+def _register(names: Iterable[str], probe: Callable[[Facts], Mapping[str, str | None]]) -> None:
+    for name in names:
+        _GROUPS[name] = probe
+
+
+_register(probes.PYTHON_FACTS, lambda f: probes.python())
+_register(probes.PLATFORM_FACTS, lambda f: probes.platform())
+_register(probes.LIBSTDCXX_FACTS, lambda f: probes.libstdcxx(f.memo_dir))
+_register(("compiler.cc",), lambda f: {"compiler.cc": probes.compiler("CC", "cc", f.memo_dir)})
+_register(("compiler.cxx",), lambda f: {"compiler.cxx": probes.compiler("CXX", "c++", f.memo_dir)})
+_register(probes.TORCH_FACTS, lambda f: probes.torch())
+_register(probes.TRITON_FACTS, lambda f: probes.triton())
+_register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
+
+#: every fact name with a probe, in a stable order.
+FACT_NAMES: tuple[str, ...] = tuple(_GROUPS)
+
+
+class Facts:
+    """Named environment facts; a missing fact is None.
+
+    `values` are fixed facts that are never probed; `probe=False` makes every
+    other fact None (a fully specified environment, e.g. a target machine).
+    """
+
+    def __init__(
+        self,
+        values: Mapping[str, str | None] | None = None,
+        *,
+        probe: bool = True,
+        memo_dir: Path | None = None,
+    ) -> None:
+        self._values: dict[str, str | None] = dict(values or {})
+        self._fixed = frozenset(self._values)
+        self._probe = probe
+        self.memo_dir = memo_dir
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, str | None]) -> Facts:
+        return cls(values, probe=False)
+
+    def with_overrides(self, overrides: Mapping[str, str | None]) -> Facts:
+        """A new Facts where `overrides` win and everything else is probed as here."""
+        merged = Facts({**self._values, **overrides}, probe=self._probe, memo_dir=self.memo_dir)
+        merged._fixed = self._fixed | frozenset(overrides)
+        return merged
+
+    def get(self, name: str) -> str | None:
+        try:
+            return self._values[name]
+        except KeyError:
+            pass
+        group = _GROUPS.get(name)
+        if not self._probe or group is None:
+            return None
+        for key, value in group(self).items():
+            self._values.setdefault(key, value)
+        return self._values.setdefault(name, None)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self.get(name)
+
+    def snapshot(self) -> dict[str, str | None]:
+        """Every fact known so far (probed or fixed), for a manifest."""
+        return dict(sorted(self._values.items()))
+
+    def probe_all(self) -> dict[str, str | None]:
+        for name in FACT_NAMES:
+            self.get(name)
+        return self.snapshot()

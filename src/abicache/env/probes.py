@@ -1,0 +1,237 @@
+"""Probes: each reads one part of the environment and returns named facts.
+
+Cheap probes read the running interpreter. Tool versions need a subprocess;
+those go through `toolid`, which memoizes them on disk by the binary's stat.
+Nothing here imports torch, triton or a CUDA library.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from . import toolid
+
+PYTHON_FACTS = ("python.implementation", "python.version", "python.abi", "python.abi3")
+PLATFORM_FACTS = ("platform.system", "platform.machine", "platform.libc", "platform.glibc")
+LIBSTDCXX_FACTS = ("platform.glibcxx", "platform.cxxabi")
+TORCH_FACTS = (
+    "torch.version",
+    "torch.git",
+    "torch.cuda",
+    "torch.hip",
+    "torch.cxx11abi",
+    "torch.build",
+    "torch.root",
+)
+TRITON_FACTS = ("triton.version",)
+
+
+def python() -> dict[str, str | None]:
+    impl = sys.implementation.name
+    major, minor = sys.version_info[:2]
+    flags = getattr(sys, "abiflags", "")
+    free_threaded = "t" in flags
+    if impl == "cpython":
+        abi = f"cp{major}{minor}{flags}"
+    else:
+        abi = (sys.implementation.cache_tag or impl).replace("-", "_")
+    # The limited API (abi3) is offered by GIL-enabled CPython only.
+    abi3 = f"{major}.{minor}" if impl == "cpython" and not free_threaded else None
+    version = ".".join(str(p) for p in sys.version_info[:3])
+    return {
+        "python.implementation": impl,
+        "python.version": version,
+        "python.abi": abi,
+        "python.abi3": abi3,
+    }
+
+
+def platform() -> dict[str, str | None]:
+    if sys.platform == "win32":
+        system, machine = "windows", os.environ.get("PROCESSOR_ARCHITECTURE", "").lower()
+    else:
+        uname = os.uname()
+        system, machine = uname.sysname.lower(), uname.machine.lower()
+    libc, glibc = _libc()
+    return {
+        "platform.system": system,
+        "platform.machine": machine,
+        "platform.libc": libc,
+        "platform.glibc": glibc,
+    }
+
+
+def _libc() -> tuple[str | None, str | None]:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        text = ""
+    if text.startswith("glibc "):
+        return "glibc", text.split()[1]
+    if sys.platform.startswith("linux") and any(Path("/lib").glob("ld-musl-*")):
+        return "musl", None
+    return None, None
+
+
+def libstdcxx(memo_dir: Path | None) -> dict[str, str | None]:
+    """Highest GLIBCXX_ / CXXABI_ versions the process's libstdc++ defines."""
+    path = _libstdcxx_path()
+    if path is None:
+        return dict.fromkeys(LIBSTDCXX_FACTS)
+    found = toolid.memoized(path, "symbol-versions", _symbol_version_floors, memo_dir)
+    glibcxx, _, cxxabi = (found or "").partition(";")
+    return {"platform.glibcxx": glibcxx or None, "platform.cxxabi": cxxabi or None}
+
+
+def _libstdcxx_path() -> Path | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        ctypes.CDLL("libstdc++.so.6")
+    except OSError:
+        return None
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            path = line.rstrip("\n").split(None, 5)[-1]
+            if "/libstdc++.so" in path:
+                return Path(path)
+    return None
+
+
+def _symbol_version_floors(path: Path) -> str:
+    """'GLIBCXX;CXXABI' highest version definitions, read from .gnu.version_d."""
+    from elftools.elf.elffile import ELFFile  # only when a requirement needs it
+
+    best = {"GLIBCXX": "", "CXXABI": ""}
+    from .. import versions
+
+    with open(path, "rb") as fh:
+        section = ELFFile(fh).get_section_by_name(".gnu.version_d")
+        for verdef, aux in section.iter_versions() if section else ():
+            for entry in aux:
+                prefix, _, number = entry.name.partition("_")
+                if prefix in best and versions.is_version(number):
+                    if not best[prefix] or versions.compare(number, best[prefix]) > 0:
+                        best[prefix] = number
+    return f"{best['GLIBCXX']};{best['CXXABI']}"
+
+
+def compiler(variable: str, default: str, memo_dir: Path | None) -> str | None:
+    """Identity of $CC / $CXX (or cc / c++): version and target, never the path."""
+    command = os.environ.get(variable) or default
+    path = toolid.which(command.split()[0])
+    if path is None:
+        return None
+    return toolid.memoized(path, "compiler -v", _compiler_identity, memo_dir)
+
+
+def _compiler_identity(path: Path) -> str:
+    text = toolid.run_tool([str(path), "-v"])
+    version = target = ""
+    for line in text.splitlines():
+        if line.startswith("Target:"):
+            target = line.split(":", 1)[1].strip()
+        elif " version " in line and not version:
+            version = line.strip()
+    return f"{version} target={target}" if version else text.strip().splitlines()[0]
+
+
+def nvcc(memo_dir: Path | None) -> str | None:
+    path = toolid.which("nvcc") or _cuda_home_tool("nvcc")
+    if path is None:
+        return None
+    return toolid.memoized(path, "nvcc --version", _nvcc_identity, memo_dir)
+
+
+def _cuda_home_tool(name: str) -> Path | None:
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / name).is_file():
+            return Path(home) / "bin" / name
+    return None
+
+
+def _nvcc_identity(path: Path) -> str:
+    text = toolid.run_tool([str(path), "--version"])
+    lines = [ln.strip() for ln in text.splitlines() if ln.startswith(("Cuda", "Build"))]
+    return " ".join(lines) or text.strip()
+
+
+def torch() -> dict[str, str | None]:
+    """torch's build identity from torch/version.py, without importing torch."""
+    info = _live_torch() or _torch_version_file()
+    if info is None:
+        return dict.fromkeys(TORCH_FACTS)
+    info["torch.build"] = "/".join(
+        [info["torch.version"] or "unknown"]
+        + [f"{k}={info[f'torch.{k}'] or 'none'}" for k in ("git", "cuda", "hip", "cxx11abi")]
+    )
+    return info
+
+
+def _live_torch() -> dict[str, str | None] | None:
+    mod = sys.modules.get("torch")
+    version = getattr(mod, "version", None)
+    if version is None:
+        return None
+    abi = getattr(getattr(mod, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    return {
+        "torch.version": str(version.__version__),
+        "torch.git": getattr(version, "git_version", None),
+        "torch.cuda": getattr(version, "cuda", None),
+        "torch.hip": getattr(version, "hip", None),
+        "torch.cxx11abi": None if abi is None else str(int(bool(abi))),
+        "torch.root": str(Path(mod.__file__).parent),
+    }
+
+
+def _torch_version_file() -> dict[str, str | None] | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    scope: dict[str, object] = {}
+    try:
+        exec(compile((root / "version.py").read_text(), str(root / "version.py"), "exec"), scope)
+    except (OSError, SyntaxError, Exception):  # a broken install is "no torch", not a crash
+        return None
+
+    def text(name: str) -> str | None:
+        value = scope.get(name)
+        return None if value is None else str(value)
+
+    return {
+        "torch.version": text("__version__"),
+        "torch.git": text("git_version"),
+        "torch.cuda": text("cuda"),
+        "torch.hip": text("hip"),
+        "torch.cxx11abi": _torch_cxx11abi(root),
+        "torch.root": str(root),
+    }
+
+
+def _torch_cxx11abi(root: Path) -> str | None:
+    # torch >= 2.7 is built with the new ABI only; older wheels say so in their libc10.
+    lib = root / "lib" / "libc10.so"
+    if not lib.is_file():
+        return None
+    return toolid.memoized(lib, "cxx11abi", _scan_cxx11, None)
+
+
+def _scan_cxx11(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return "1" if b"__cxx11" in fh.read() else "0"
+
+
+def triton() -> dict[str, str | None]:
+    from importlib import metadata
+
+    try:
+        return {"triton.version": metadata.version("triton")}
+    except metadata.PackageNotFoundError:
+        return {"triton.version": None}

@@ -1,0 +1,94 @@
+"""Tool identities, computed by one subprocess and memoized on disk.
+
+The memo is keyed by the binary's (path, size, mtime, inode): an upgraded
+compiler changes at least one of them, so its identity is re-read once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+_memo: dict[tuple[str, str, str], tuple[tuple[int, int, int], str]] = {}
+
+
+def which(command: str) -> Path | None:
+    if os.sep in command:
+        path = Path(command)
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = Path(folder or ".") / command
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def run_tool(argv: list[str]) -> str:
+    """Run a version query; stdout and stderr together (gcc -v writes to stderr)."""
+    done = subprocess.run(
+        argv, capture_output=True, text=True, errors="replace", timeout=60, check=False
+    )
+    return done.stdout + done.stderr
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def memoized(
+    path: Path, what: str, compute: Callable[[Path], str], memo_dir: Path | None
+) -> str | None:
+    """compute(path), remembered in memory and under memo_dir by the file's stat."""
+    try:
+        stamp = _stamp(path)
+    except OSError:
+        return None
+    # Keyed by memo_dir too, so each store's disk memo gets written once.
+    mem_key = (str(path), what, str(memo_dir))
+    cached = _memo.get(mem_key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    record = _memo_file(memo_dir, path, what)
+    value = _read_record(record, stamp)
+    if value is None:
+        value = compute(path)
+        _write_record(record, stamp, value)
+    _memo[mem_key] = (stamp, value)
+    return value
+
+
+def _memo_file(memo_dir: Path | None, path: Path, what: str) -> Path | None:
+    if memo_dir is None:
+        return None
+    digest = hashlib.sha256(f"{path}\0{what}".encode()).hexdigest()[:32]
+    return memo_dir / f"{digest}.json"
+
+
+def _read_record(record: Path | None, stamp: tuple[int, int, int]) -> str | None:
+    if record is None:
+        return None
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("stamp") != list(stamp):
+        return None
+    value = data.get("value")
+    return value if isinstance(value, str) else None
+
+
+def _write_record(record: Path | None, stamp: tuple[int, int, int], value: str) -> None:
+    if record is None:
+        return
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"stamp": list(stamp), "value": value}))
+        os.replace(tmp, record)
+    except OSError:
+        pass  # a memo we cannot write only costs a subprocess next time

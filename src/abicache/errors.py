@@ -1,0 +1,56 @@
+"""Every error abicache raises on purpose derives from AbicacheError.
+
+Messages name the thing that is wrong and how to fix it, so the CLI can print
+them as they are instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class AbicacheError(Exception):
+    """Base class: a failure abicache understands and can explain."""
+
+
+class ConfigError(AbicacheError):
+    """A setting (environment variable or argument) has a value we cannot use."""
+
+
+class RequirementSyntaxError(AbicacheError, ValueError):
+    """A requirement string does not follow the grammar."""
+
+
+class ManifestError(AbicacheError):
+    """A manifest is malformed, hostile, or from an unknown schema."""
+
+
+class UntrustedRootError(AbicacheError):
+    """The cache root is owned by someone else or writable by others."""
+
+
+class BuildError(AbicacheError):
+    """A builder failed; carries the command and its output when there was one."""
+
+    def __init__(self, message: str, *, command: tuple[str, ...] = (), output: str = "") -> None:
+        super().__init__(message)
+        self.command = command
+        self.output = output
+
+    def __str__(self) -> str:
+        parts = [super().__str__()]
+        if self.command:
+            parts.append("command: " + " ".join(self.command))
+        if self.output:
+            parts.append(self.output.rstrip())
+        return "\n".join(parts)
+
+
+class LockTimeout(AbicacheError):
+    """Waiting for another process's build took longer than the lock timeout."""
+
+
+class NotFound(AbicacheError):
+    """A named entry, key or file is not in the cache."""
+
+
+class AbicacheWarning(UserWarning):
+    """Something was skipped or repaired (bad manifest, quarantined entry)."""

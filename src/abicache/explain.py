@@ -1,0 +1,151 @@
+"""Why a lookup missed: the nearest entries for the same kind and name, and
+exactly which inputs or facts differ."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .errors import ManifestError
+from .requirements import FactSource
+from .store import Manifest, Store
+
+
+@dataclass(frozen=True)
+class Difference:
+    what: str  # "flags", "sources.x.c", "tools.compiler.cxx", "requirement"
+    entry: str  # in the cached entry
+    wanted: str  # in this lookup / environment
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.entry} -> {self.wanted}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    manifest: Manifest
+    differences: tuple[Difference, ...]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    kind: str
+    name: str
+    key: str | None
+    hit: bool
+    candidates: tuple[Candidate, ...]
+
+    def lines(self) -> list[str]:
+        head = f"{self.kind} {self.name!r}: " + ("hit" if self.hit else "miss")
+        if self.key:
+            head += f" (key {self.key[:16]})"
+        out = [head]
+        if not self.candidates:
+            out.append("  no other entry with this kind and name is in the cache")
+        for cand in self.candidates[:3]:
+            m = cand.manifest
+            out.append(f"  nearest: key {m.key[:16]} variant {m.variant}, "
+                       f"{len(cand.differences)} difference(s)")
+            out.extend(f"    {d}" for d in cand.differences)
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "key": self.key,
+            "hit": self.hit,
+            "candidates": [
+                {
+                    "key": c.manifest.key,
+                    "variant": c.manifest.variant,
+                    "created": c.manifest.created,
+                    "differences": [d.__dict__ for d in c.differences],
+                }
+                for c in self.candidates
+            ],
+        }
+
+
+def _short(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def _mapping_diff(what: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:
+    out = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a != b:
+            if what == "sources":
+                a, b = (a and a[:12] + "...") or "(absent)", (b and b[:12] + "...") or "(absent)"
+            out.append(Difference(f"{what}.{name}", _short(a), _short(b)))
+    return out
+
+
+def _flags_diff(old: Sequence[str], new: Sequence[str]) -> list[Difference]:
+    if list(old) == list(new):
+        return []
+    # Multisets: a default -O2 plus a user -O2 is two flags, and dropping one is a change.
+    removed = list((Counter(old) - Counter(new)).elements())
+    added = list((Counter(new) - Counter(old)).elements())
+    if not removed and not added:
+        return [Difference("flags", " ".join(old), " ".join(new) + " (order)")]
+    return [Difference("flags", " ".join(removed) or "(none)", " ".join(added) or "(none)")]
+
+
+def input_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:
+    """What differs between two described-inputs documents."""
+    diffs = _mapping_diff("sources", old.get("sources", {}), new.get("sources", {}))
+    diffs += _flags_diff(old.get("flags", []), new.get("flags", []))
+    diffs += _mapping_diff("tools", old.get("tools", {}), new.get("tools", {}))
+    diffs += _mapping_diff("extra", old.get("extra", {}), new.get("extra", {}))
+    return diffs
+
+
+def requirement_differences(manifest: Manifest, facts: FactSource) -> list[Difference]:
+    return [
+        Difference(f"requirement {u.requirement}", u.requirement.value,
+                   _short(facts.get(u.requirement.name)))
+        for u in manifest.requirements.unmet(facts)
+    ]
+
+
+def explain(
+    store: Store,
+    facts: FactSource,
+    kind: str,
+    name: str,
+    wanted: Mapping[str, Any] | None,
+    key: str | None,
+) -> Explanation:
+    """Compare what a lookup wanted (or, without it, the newest entry) with the others."""
+    manifests = _manifests(store, kind, name)
+    if wanted is None and manifests:
+        newest = max(manifests, key=lambda m: m.created)
+        wanted, key = newest.inputs, newest.key
+        manifests = [m for m in manifests if m is not newest]
+    hit = False
+    candidates = []
+    for m in manifests:
+        diffs = input_differences(m.inputs, wanted or {}) + requirement_differences(m, facts)
+        if not diffs and m.key == key:
+            hit = True
+            continue
+        candidates.append(Candidate(m, tuple(diffs)))
+    candidates.sort(key=lambda c: (len(c.differences), -c.manifest.created))
+    return Explanation(kind, name, key, hit, tuple(candidates))
+
+
+def _manifests(store: Store, kind: str, name: str) -> list[Manifest]:
+    out = []
+    for key in store.keys_named(kind, name):
+        for vdir in store.variant_dirs(kind, key):
+            try:
+                out.append(store.read_manifest(vdir))
+            except (OSError, ManifestError):
+                continue
+    return out

@@ -1,0 +1,83 @@
+"""Cache keys: a hash of what was built, never of where or when.
+
+The key covers the artifact kind and name, the bytes of every source, the
+normalized flags, extra builder settings, and the identity of each tool named
+by fact (compiler version, nvcc version, torch build...). Paths, mtimes and
+unrelated environment variables never enter it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+KEY_SCHEME = "abicache-key-v1"
+
+
+class FactSource(Protocol):
+    def get(self, name: str) -> str | None: ...
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The build inputs of one artifact.
+
+    sources: (name, content) pairs; the name is how the builder refers to it.
+    flags:   compiler/linker flags, in order (order can change the output).
+    tools:   fact names whose values identify the tools (e.g. "compiler.cxx").
+    extra:   (name, value) pairs of other settings that shape the output.
+    """
+
+    sources: tuple[tuple[str, bytes], ...] = ()
+    flags: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()
+    _digests: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def make(
+        cls,
+        sources: Mapping[str, str | bytes] | None = None,
+        flags: Sequence[str] = (),
+        tools: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+    ) -> Inputs:
+        return cls(
+            sources=tuple(sorted((n, _as_bytes(c)) for n, c in (sources or {}).items())),
+            flags=normalize_flags(flags),
+            tools=tuple(sorted(set(tools))),
+            extra=tuple(sorted((str(k), str(v)) for k, v in (extra or {}).items())),
+        )
+
+    def describe(self, facts: FactSource) -> dict[str, Any]:
+        """The canonical document that is hashed and stored in the manifest."""
+        if not self._digests:
+            for name, content in self.sources:
+                self._digests[name] = hashlib.sha256(content).hexdigest()
+        return {
+            "sources": dict(self._digests),
+            "flags": list(self.flags),
+            "tools": {name: facts.get(name) for name in self.tools},
+            "extra": dict(self.extra),
+        }
+
+
+def normalize_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """Strip white space and drop empty flags; keep order, which can matter."""
+    return tuple(f.strip() for f in flags if f and f.strip())
+
+
+def canonical_json(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def compute(kind: str, name: str, described: Mapping[str, Any]) -> str:
+    """The key: sha256 over the scheme, kind, name and the described inputs."""
+    text = canonical_json({"scheme": KEY_SCHEME, "kind": kind, "name": name, **described})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

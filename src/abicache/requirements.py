@@ -1,0 +1,192 @@
+"""Requirements: the conditions under which a built artifact may be loaded.
+
+A requirement is one line, `NAME OP VALUE`, over a named environment fact::
+
+    python.abi == cp311          exact string
+    torch.version >= 2.10        minimum version (PEP 440 order)
+    platform.machine in aarch64,x86_64
+                                 membership
+    gpu.arch ~= compute_80,sm_90a
+                                 every GPU present can run one of the targets
+
+`str()` gives the canonical form and `parse()` reads it back; a set of
+requirements is written sorted and joined by "; ". Checking never raises: it
+returns, for every unmet requirement, a sentence saying why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Protocol
+
+from . import archs, versions
+from .errors import RequirementSyntaxError
+
+OPERATORS = ("==", ">=", "in", "~=")
+_NAME = r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*"
+_TOKEN = r"[A-Za-z0-9_.+\-:/=@]+"
+_LINE = re.compile(rf"^\s*({_NAME})\s*(==|>=|~=|\s+in\s+)\s*(\S.*?)\s*$")
+_TOKEN_RE = re.compile(rf"^{_TOKEN}$")
+SEPARATOR = "; "
+
+
+class FactSource(Protocol):
+    def get(self, name: str) -> str | None: ...
+
+
+def _canonical_value(op: str, value: str) -> str:
+    if op in ("==", ">="):
+        if not _TOKEN_RE.match(value):
+            raise RequirementSyntaxError(f"value {value!r} has characters outside {_TOKEN}")
+        if op == ">=" and not versions.is_version(value):
+            raise RequirementSyntaxError(f"'>=' needs a version, got {value!r}")
+        return value
+    items = [v.strip() for v in value.split(",")]
+    if not all(items) or not all(_TOKEN_RE.match(v) for v in items):
+        raise RequirementSyntaxError(f"{value!r} is not a comma-separated list of values")
+    if op == "~=":
+        try:
+            return ",".join(sorted({str(archs.parse_target(v)) for v in items}))
+        except ValueError as exc:
+            raise RequirementSyntaxError(str(exc)) from None
+    return ",".join(sorted(set(items)))
+
+
+@dataclass(frozen=True, order=True)
+class Requirement:
+    name: str
+    op: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(_NAME, self.name):
+            raise RequirementSyntaxError(
+                f"{self.name!r} is not a fact name (lower-case words joined by dots)"
+            )
+        if self.op not in OPERATORS:
+            raise RequirementSyntaxError(
+                f"unknown operator {self.op!r}; use one of {', '.join(OPERATORS)}"
+            )
+        object.__setattr__(self, "value", _canonical_value(self.op, self.value))
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.op} {self.value}"
+
+    @classmethod
+    def parse(cls, text: str) -> Requirement:
+        match = _LINE.match(text)
+        if match is None:
+            raise RequirementSyntaxError(
+                f"cannot parse requirement {text!r}; expected 'NAME OP VALUE' with OP one of "
+                + ", ".join(OPERATORS)
+            )
+        name, op, value = match.groups()
+        return cls(name, op.strip(), value)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return tuple(self.value.split(",")) if self.op in ("in", "~=") else (self.value,)
+
+    def check(self, facts: FactSource) -> str | None:
+        """None when the facts satisfy this requirement, else the reason why not."""
+        have = facts.get(self.name)
+        if have is None:
+            return f"{self}: {self.name} is not available in this environment"
+        if self.op == "==":
+            ok = have == self.value
+        elif self.op == "in":
+            ok = have in self.values
+        elif self.op == ">=":
+            ok = _at_least(have, self.value)
+        else:
+            ok = _gpu_compatible(have, self.values)
+        return None if ok else f"{self}: this environment has {self.name} = {have}"
+
+
+def _at_least(have: str, want: str) -> bool:
+    try:
+        return versions.compare(have, want) >= 0
+    except ValueError:
+        return False
+
+
+def _gpu_compatible(devices: str, targets: tuple[str, ...]) -> bool:
+    try:
+        present = [archs.parse_device(d) for d in devices.split(",") if d]
+    except ValueError:
+        return False
+    built = [archs.parse_target(t) for t in targets]
+    return bool(present) and all(any(t.runs_on(d) for t in built) for d in present)
+
+
+@dataclass(frozen=True)
+class Unmet:
+    requirement: Requirement
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _normalize(items: Iterable[Requirement]) -> tuple[Requirement, ...]:
+    """Sort, drop duplicates, and keep only the highest of several minimums."""
+    highest: dict[str, Requirement] = {}
+    rest: set[Requirement] = set()
+    for req in items:
+        if req.op != ">=":
+            rest.add(req)
+            continue
+        old = highest.get(req.name)
+        if old is None or versions.compare(req.value, old.value) > 0:
+            highest[req.name] = req
+    return tuple(sorted(rest | set(highest.values())))
+
+
+@dataclass(frozen=True)
+class Requirements:
+    items: tuple[Requirement, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", _normalize(self.items))
+
+    @classmethod
+    def of(cls, items: Iterable[Requirement | str] = ()) -> Requirements:
+        if isinstance(items, Requirements):
+            return items
+        if isinstance(items, str):
+            return cls.parse(items)
+        return cls(tuple(i if isinstance(i, Requirement) else Requirement.parse(i) for i in items))
+
+    @classmethod
+    def parse(cls, text: str) -> Requirements:
+        return cls(tuple(Requirement.parse(p) for p in text.split(";") if p.strip()))
+
+    def __str__(self) -> str:
+        return SEPARATOR.join(str(r) for r in self.items)
+
+    def __iter__(self) -> Iterator[Requirement]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __or__(self, other: Requirements) -> Requirements:
+        return Requirements(self.items + tuple(other))
+
+    def names(self) -> set[str]:
+        return {r.name for r in self.items}
+
+    def unmet(self, facts: FactSource) -> list[Unmet]:
+        out = []
+        for req in self.items:
+            reason = req.check(facts)
+            if reason is not None:
+                out.append(Unmet(req, reason))
+        return out
+
+    def satisfied_by(self, facts: FactSource) -> bool:
+        return all(req.check(facts) is None for req in self.items)
+
+    def to_list(self) -> list[str]:
+        return [str(r) for r in self.items]

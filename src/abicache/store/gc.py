@@ -1,0 +1,146 @@
+"""Eviction: least recently used entries first, down to a size cap and an age.
+
+Safe while other processes use the store: an entry leaves by one rename into
+trash/ (a reader sees it whole or not at all; a process that has the .so
+mapped keeps its mapping), and a blob is deleted only when no entry links to
+it (link count 1). Builders' leftovers in tmp/ are removed once older than
+`tmp_age`, so a live build is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ManifestError
+from .local import Store
+
+DEFAULT_TMP_AGE = 6 * 3600.0
+QUARANTINE_AGE = 7 * 86400.0
+
+
+@dataclass
+class GcReport:
+    entries_before: int = 0
+    entries_removed: int = 0
+    blobs_removed: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    leftovers_removed: int = 0
+    removed: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass
+class _Entry:
+    vdir: Path
+    last_used: float
+    blobs: list[Path]
+
+
+def disk_usage(store: Store) -> tuple[int, int]:
+    """(bytes, count) of all blobs: every stored byte lives in exactly one blob."""
+    total = count = 0
+    for entry in store.iter_blobs():
+        total += entry.stat(follow_symlinks=False).st_size
+        count += 1
+    return total, count
+
+
+def collect_garbage(
+    store: Store,
+    *,
+    max_size: int | None = None,
+    max_age: float | None = None,
+    tmp_age: float = DEFAULT_TMP_AGE,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> GcReport:
+    report = GcReport(dry_run=dry_run)
+    report.bytes_before, _ = disk_usage(store)
+    entries = sorted(_entries(store), key=lambda e: e.last_used)
+    report.entries_before = len(entries)
+    size = report.bytes_before
+    now = time.time()
+    for entry in entries:
+        too_old = max_age is not None and now - entry.last_used > max_age
+        too_big = max_size is not None and size > max_size
+        if not (too_old or too_big):
+            continue
+        report.removed.append(entry.vdir.relative_to(store.layout.entries).as_posix())
+        report.entries_removed += 1
+        if not dry_run:
+            store.remove_tree(entry.vdir)
+            size -= _drop_orphans(store, entry.blobs, report)
+        if progress:
+            progress(1)
+    if not dry_run:
+        size -= _drop_orphans(store, [Path(e.path) for e in store.iter_blobs()], report)
+        report.leftovers_removed = _drop_leftovers(store, tmp_age)
+        _drop_stale_index(store)
+    report.bytes_after = size if not dry_run else report.bytes_before
+    return report
+
+
+def _entries(store: Store) -> list[_Entry]:
+    out = []
+    for vdir in store.iter_variant_dirs():
+        try:
+            manifest = store.read_manifest(vdir)
+            used = store.last_used(vdir)
+        except (OSError, ManifestError):
+            continue  # verify's business; gc only evicts what it understands
+        paths = [store.layout.blob(f.sha256, f.executable) for f in manifest.files]
+        out.append(_Entry(vdir, used, paths))
+    return out
+
+
+def _drop_orphans(store: Store, candidates: list[Path], report: GcReport) -> int:
+    """Delete blobs no entry links to; returns the bytes freed."""
+    freed = 0
+    for blob in candidates:
+        try:
+            st = os.stat(blob)
+            if st.st_nlink != 1:
+                continue
+            os.unlink(blob)
+        except FileNotFoundError:
+            continue
+        freed += st.st_size
+        report.blobs_removed += 1
+    return freed
+
+
+def _drop_leftovers(store: Store, tmp_age: float) -> int:
+    """Old builder leftovers, old quarantine, and anything in trash/."""
+    removed = 0
+    now = time.time()
+    ages = ((store.layout.tmp, tmp_age), (store.layout.quarantine, QUARANTINE_AGE),
+            (store.layout.trash, 0.0))
+    for folder, age in ages:
+        for child in _children(folder):
+            try:
+                if now - child.lstat().st_mtime >= age:
+                    store.remove_tree(child)
+                    removed += folder == store.layout.tmp
+            except FileNotFoundError:
+                continue
+    return removed
+
+
+def _drop_stale_index(store: Store) -> None:
+    for kind_dir in _children(store.layout.index):
+        for name_dir in _children(kind_dir):
+            for marker in _children(name_dir):
+                if not store.layout.key_dir(kind_dir.name, marker.name).exists():
+                    marker.unlink(missing_ok=True)
+
+
+def _children(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,83 @@
+"""Where everything lives under a store root (versioned: <root>/v1/...)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYOUT_VERSION = "v1"
+_KIND = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_HEX = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+def check_kind(kind: str) -> str:
+    if not _KIND.match(kind):
+        raise ValueError(f"artifact kind {kind!r} must be lower-case letters, digits, '.', '_', '-'")
+    return kind
+
+
+def check_hex(value: str, what: str) -> str:
+    if not _HEX.match(value):
+        raise ValueError(f"{what} {value!r} is not a lower-case hex digest")
+    return value
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path  # the user-facing root; everything lives under root/v1
+
+    @property
+    def base(self) -> Path:
+        return self.root / LAYOUT_VERSION
+
+    @property
+    def entries(self) -> Path:
+        return self.base / "entries"
+
+    @property
+    def blobs(self) -> Path:
+        return self.base / "blobs"
+
+    @property
+    def tmp(self) -> Path:
+        return self.base / "tmp"
+
+    @property
+    def locks(self) -> Path:
+        return self.base / "locks"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.base / "quarantine"
+
+    @property
+    def trash(self) -> Path:
+        return self.base / "trash"
+
+    @property
+    def index(self) -> Path:
+        return self.base / "index"
+
+    @property
+    def tools(self) -> Path:
+        return self.base / "tools"
+
+    def key_dir(self, kind: str, key: str) -> Path:
+        return self.entries / check_kind(kind) / key[:2] / check_hex(key, "key")
+
+    def variant_dir(self, kind: str, key: str, variant: str) -> Path:
+        return self.key_dir(kind, key) / check_hex(variant, "variant")
+
+    def blob(self, sha256: str, executable: bool) -> Path:
+        name = check_hex(sha256, "sha256") + ("x" if executable else "")
+        return self.blobs / sha256[:2] / name
+
+    def name_dir(self, kind: str, name: str) -> Path:
+        """Index of the keys built under one (kind, name), for explaining misses."""
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        return self.index / check_kind(kind) / digest
+
+    def lock_file(self, key: str) -> Path:
+        return self.locks / key[:2] / f"{check_hex(key, 'key')}.lock"

@@ -1,0 +1,209 @@
+"""The manifest: one JSON document per variant, schema-versioned.
+
+A manifest read from disk (or from a remote) is untrusted input: `parse`
+rejects unknown schema versions, wrong types, oversize fields and file names
+that could escape the entry directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import ManifestError, RequirementSyntaxError
+from ..requirements import Requirements
+
+SCHEMA = 1
+FILENAME = "manifest.json"
+MAX_BYTES = 4 << 20
+MAX_FILES = 100_000
+MAX_TEXT = 65_536
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_HEX = re.compile(r"^[0-9a-f]{16,64}$")
+RESERVED = frozenset({FILENAME})
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str  # relative, '/'-separated
+    sha256: str
+    size: int
+    mode: int  # 0o444 or 0o555
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.mode & 0o111)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    key: str
+    variant: str
+    kind: str
+    name: str
+    files: tuple[FileRecord, ...]
+    requirements: Requirements
+    declared: Requirements = Requirements()
+    detected: Requirements = Requirements()
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    audit: Mapping[str, Any] = field(default_factory=dict)
+    builder: Mapping[str, Any] = field(default_factory=dict)
+    abicache_version: str = ""
+    created: float = 0.0
+    build_seconds: float = 0.0
+    signature: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "key": self.key,
+            "variant": self.variant,
+            "kind": self.kind,
+            "name": self.name,
+            "files": {
+                f.path: {"sha256": f.sha256, "size": f.size, "mode": f.mode} for f in self.files
+            },
+            "requirements": self.requirements.to_list(),
+            "declared": self.declared.to_list(),
+            "detected": self.detected.to_list(),
+            "inputs": dict(self.inputs),
+            "facts": dict(self.facts),
+            "audit": dict(self.audit),
+            "builder": dict(self.builder),
+            "abicache_version": self.abicache_version,
+            "created": self.created,
+            "build_seconds": self.build_seconds,
+            "signature": self.signature,
+        }
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode("utf-8")
+
+    def file(self, path: str) -> FileRecord:
+        for record in self.files:
+            if record.path == path:
+                return record
+        raise KeyError(path)
+
+
+def variant_id(requirements: Requirements) -> str:
+    """One variant per distinct requirement set."""
+    return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
+
+
+def safe_relpath(path: Any) -> str:
+    """A relative '/' path that stays inside its directory, or ManifestError."""
+    if not isinstance(path, str) or not path or len(path) > 4096 or "\0" in path:
+        raise ManifestError(f"file name {path!r} is not a usable relative path")
+    if path.startswith("/") or "\\" in path or re.match(r"^[A-Za-z]:", path):
+        raise ManifestError(f"file name {path!r} is absolute; only relative paths are allowed")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        raise ManifestError(f"file name {path!r} has an empty, '.' or '..' part")
+    if path in RESERVED:
+        raise ManifestError(f"file name {path!r} is reserved for abicache")
+    return path
+
+
+def _text(doc: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = None) -> str:
+    value = doc.get(name)
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ManifestError(f"field {name!r} must be a string, got {type(value).__name__}")
+    if pattern is not None and not pattern.match(value):
+        raise ManifestError(f"field {name!r} = {value[:80]!r} has the wrong form")
+    return value
+
+
+def _mapping(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ManifestError(f"field {name!r} must be an object")
+    return value
+
+
+def _number(doc: Mapping[str, Any], name: str) -> float:
+    value = doc.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ManifestError(f"field {name!r} must be a number")
+    return float(value)
+
+
+def _requirements(doc: Mapping[str, Any], name: str) -> Requirements:
+    value = doc.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ManifestError(f"field {name!r} must be a list of requirement strings")
+    try:
+        return Requirements.of(value)
+    except RequirementSyntaxError as exc:
+        raise ManifestError(f"field {name!r}: {exc}") from None
+
+
+def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
+    files = doc.get("files")
+    if not isinstance(files, dict) or not files or len(files) > MAX_FILES:
+        raise ManifestError(f"field 'files' must be an object of 1 to {MAX_FILES} files")
+    records = []
+    for path, meta in sorted(files.items()):
+        safe_relpath(path)
+        if not isinstance(meta, dict):
+            raise ManifestError(f"file {path!r}: record must be an object")
+        sha, size, mode = meta.get("sha256"), meta.get("size"), meta.get("mode")
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            raise ManifestError(f"file {path!r}: sha256 must be 64 lower-case hex digits")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ManifestError(f"file {path!r}: size must be a non-negative integer")
+        if mode not in (0o444, 0o555):
+            raise ManifestError(f"file {path!r}: mode must be 0o444 or 0o555, got {mode!r}")
+        records.append(FileRecord(path, sha, size, mode))
+    _no_file_below_file(records)
+    return tuple(records)
+
+
+def _no_file_below_file(records: list[FileRecord]) -> None:
+    paths = {r.path for r in records}
+    for record in records:
+        parts = record.path.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in paths:
+                raise ManifestError(f"file {record.path!r} lies below file {'/'.join(parts[:i])!r}")
+
+
+def parse(data: bytes) -> Manifest:
+    """Validate raw manifest bytes; every problem is a ManifestError naming the field."""
+    if len(data) > MAX_BYTES:
+        raise ManifestError(f"manifest is {len(data)} bytes; the limit is {MAX_BYTES}")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"manifest is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ManifestError("manifest must be a JSON object")
+    if doc.get("schema") != SCHEMA:
+        raise ManifestError(
+            f"manifest schema {doc.get('schema')!r} is not supported (this abicache reads {SCHEMA}); "
+            "it was written by a different abicache version"
+        )
+    signature = doc.get("signature")
+    if signature is not None and not isinstance(signature, str):
+        raise ManifestError("field 'signature' must be a string or null")
+    return Manifest(
+        key=_text(doc, "key", _SHA),
+        variant=_text(doc, "variant", _HEX),
+        kind=_text(doc, "kind"),
+        name=_text(doc, "name"),
+        files=_files(doc),
+        requirements=_requirements(doc, "requirements"),
+        declared=_requirements(doc, "declared"),
+        detected=_requirements(doc, "detected"),
+        inputs=_mapping(doc, "inputs"),
+        facts=_mapping(doc, "facts"),
+        audit=_mapping(doc, "audit"),
+        builder=_mapping(doc, "builder"),
+        abicache_version=_text(doc, "abicache_version"),
+        created=_number(doc, "created"),
+        build_seconds=_number(doc, "build_seconds"),
+        signature=signature,
+    )

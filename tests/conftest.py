@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from abicache import Cache
+from abicache.env import Facts
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test touches the user's cache, and progress lines stay off."""
+    monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "default-root"))
+    monkeypatch.setenv("ABICACHE_PROGRESS", "0")
+    monkeypatch.delenv("ABICACHE_EXPLAIN", raising=False)
+    monkeypatch.delenv("ABICACHE_SHARED", raising=False)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def cache(root: Path) -> Cache:
+    return Cache(root)
+
+
+def writer(files: dict[str, bytes | str]) -> Callable[[Path], None]:
+    """A builder that writes the given files (no compiler needed)."""
+
+    def build(out: Path) -> None:
+        for name, content in files.items():
+            path = out / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = content.encode() if isinstance(content, str) else content
+            path.write_bytes(data)
+
+    return build
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not installed")
+    return path
+
+
+def python_with_src(version: str) -> str:
+    """A pyenv interpreter of that version, or skip."""
+    base = Path.home() / ".pyenv" / "versions"
+    for candidate in sorted(base.glob(f"{version}.*")) if base.is_dir() else []:
+        exe = candidate / "bin" / "python3"
+        if exe.exists():
+            return str(exe)
+    pytest.skip(f"no Python {version} under {base}")
+
+
+def run_py(code: str, *, python: str = sys.executable, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    return subprocess.run([python, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def fixed_facts(**overrides: str | None) -> Facts:
+    """Real probed facts with some replaced (what the hit path would see elsewhere)."""
+    return Facts().with_overrides({k.replace("__", "."): v for k, v in overrides.items()})

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import ctypes
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.env import Facts
+from abicache.errors import AbicacheError, BuildError
+from conftest import need, python_with_src, run_py
+
+ADD = 'extern "C" int add(int a, int b) { return a + b; }'
+MODULE = textwrap.dedent(r"""
+    #include <Python.h>
+    static PyObject* twice(PyObject* self, PyObject* arg) {
+        long v = PyLong_AsLong(arg);
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        return PyLong_FromLong(2 * v);
+    }
+    static PyMethodDef methods[] = {{"twice", twice, METH_O, ""}, {NULL, NULL, 0, NULL}};
+    static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "NAME", NULL, -1, methods};
+    PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&def); }
+""")
+
+
+@pytest.fixture(autouse=True)
+def _compiler() -> None:
+    need("c++")
+    need("cc")
+
+
+def module_source(name: str) -> str:
+    return MODULE.replace("NAME", name)
+
+
+def test_library_builds_loads_and_hits(cache: Cache, root: Path) -> None:
+    lib = cc.load_library("adder", [ADD], cache=cache)
+    assert lib.add(2, 40) == 42
+    art = cc.build_library("adder", [ADD], cache=Cache(root))
+    assert art.hit and art.requirements == type(art.requirements)()
+    assert art.files == ("libadder.so",)
+
+
+def test_c_library_from_a_path_and_a_header_mapping(cache: Cache, tmp_path: Path) -> None:
+    src = tmp_path / "mul.c"
+    src.write_text('#include "k.h"\nint mul(int a) { return a * K; }\n')
+    lib = cc.load_library("mul", [{"k.h": "#define K 3\n", "mul.c": src.read_text()}], lang="c", cache=cache)
+    assert lib.mul(5) == 15
+    lib2 = cc.load_library("mul", [{"k.h": "#define K 4\n", "mul.c": src.read_text()}], lang="c", cache=cache)
+    assert lib2.mul(5) == 20  # a header is an input too
+    assert cc.load_library("mulp", [src, {"k.h": "#define K 2\n"}], lang="c", cache=cache).mul(5) == 10
+
+
+def test_flags_are_part_of_the_key(cache: Cache) -> None:
+    a = cc.build_library("f", ["extern \"C\" int v() { return V; }"], cflags=["-DV=1"], cache=cache)
+    b = cc.build_library("f", ["extern \"C\" int v() { return V; }"], cflags=["-DV=2"], cache=cache)
+    assert a.key != b.key
+    assert ctypes.CDLL(str(b.file())).v() == 2
+
+
+def test_compile_errors_show_the_command_and_output(cache: Cache) -> None:
+    with pytest.raises(BuildError) as info:
+        cc.load_library("broken", ["int x = ;"], cache=cache)
+    text = str(info.value)
+    assert "building library broken failed" in text
+    assert "command: c++ -shared" in text and "error:" in text
+    assert not list(cache.store.iter_variant_dirs())
+
+
+def test_bad_arguments_are_named(cache: Cache, tmp_path: Path) -> None:
+    with pytest.raises(AbicacheError, match="unknown lang"):
+        cc.load_library("x", [ADD], lang="fortran", cache=cache)
+    with pytest.raises(AbicacheError, match="cannot read source file"):
+        cc.load_library("x", [tmp_path / "missing.cpp"], cache=cache)
+    with pytest.raises(AbicacheError, match="no source to compile"):
+        cc.load_library("x", [{"only.h": ""}], cache=cache)
+    with pytest.raises(AbicacheError, match="not a Python version"):
+        cc.load_module("x", [module_source("x")], abi3="three", cache=cache)
+
+
+def test_full_api_module_declares_this_interpreter(cache: Cache) -> None:
+    mod = cc.load_module("twice_full", [module_source("twice_full")], cache=cache)
+    assert mod.twice(21) == 42
+    art = cc.build_module("twice_full", [module_source("twice_full")], cache=cache)
+    abi = Facts().get("python.abi")
+    assert str(art.requirements) == f"python.abi == {abi}"
+
+
+def test_a_full_api_module_is_not_served_to_another_python(root: Path) -> None:
+    src = [module_source("twice_other")]
+    cc.build_module("twice_other", src, cache=Cache(root))
+    other = Cache(root, facts=Facts().with_overrides({"python.abi": "cp399"}))
+    assert not other.lookup("cc.module", "twice_other", _module_inputs(other, src))
+    here = Facts().get("python.abi")
+    why = other.explain("cc.module", "twice_other", _module_inputs(other, src))
+    assert [str(d) for d in why.candidates[0].differences] == [
+        f"extra.python.abi: {here} -> cp399",
+        f"requirement python.abi == {here}: {here} -> cp399",
+    ]
+
+
+def _module_inputs(cache: Cache, src: list[str]):
+    return cc.module_plan("twice_other", src, facts=cache.facts).inputs
+
+
+def test_abi3_module_declares_a_minimum(cache: Cache) -> None:
+    art = cc.build_module("twice3", [module_source("twice3")], abi3="3.10", cache=cache)
+    assert str(art.requirements) == "python.abi3 >= 3.10"
+    assert art.files == ("twice3.abi3.so",)
+    assert cc.import_extension("twice3", art.file()).twice(4) == 8
+
+
+CROSS = textwrap.dedent("""
+    import json, sys
+    from abicache import Cache, cc
+    art = cc.build_module("crossmod", [sys.argv[1]], abi3="3.10", cache=Cache(sys.argv[2]))
+    mod = cc.import_extension("crossmod", art.file())
+    print(json.dumps({"hit": art.hit, "key": art.key, "value": mod.twice(50), "py": sys.version[:4]}))
+""")
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_abi3_module_built_here_is_a_hit_under_another_python(root: Path, version: str) -> None:
+    """A real second interpreter: the hit path needs nothing but the standard library."""
+    python = python_with_src(version)
+    here = cc.build_module("crossmod", [module_source("crossmod")], abi3="3.10", cache=Cache(root))
+    code = CROSS.replace("sys.argv[1]", repr(module_source("crossmod"))).replace("sys.argv[2]", repr(str(root)))
+    out = run_py(code, python=python)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen == {"hit": True, "key": here.key, "value": 100, "py": version}
+
+
+def test_an_abi3_module_is_refused_by_an_older_python(root: Path) -> None:
+    cc.build_module("newabi", [module_source("newabi")], abi3="3.10", cache=Cache(root))
+    inputs = _abi3_inputs(module_source("newabi"), "3.10")
+    assert Cache(root).lookup("cc.module", "newabi", inputs).hit
+    old = Cache(root, facts=Facts().with_overrides({"python.abi3": "3.9"}))
+    assert old.lookup("cc.module", "newabi", inputs) is None
+    free_threaded = Cache(root, facts=Facts().with_overrides({"python.abi3": None, "python.abi": "cp313t"}))
+    assert free_threaded.lookup("cc.module", "newabi", inputs) is None
+
+
+def test_abi3_newer_than_this_interpreter_is_refused_before_publishing(cache: Cache) -> None:
+    with pytest.raises(BuildError, match="cannot be loaded here: python.abi3 >= 3.99"):
+        cc.build_module("future", [module_source("future")], abi3="3.99", cache=cache)
+    assert not list(cache.store.iter_variant_dirs())
+
+
+def _abi3_inputs(src: str, abi3: str):
+    return cc.module_plan("newabi", [src], abi3=abi3).inputs

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.cli import main
+from abicache.env import Facts
+from conftest import SRC, need, writer
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "abicache.cli.main", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def cli_json(capsys, *args: str):
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_demo_builds_then_hits(root: Path, capsys) -> None:
+    need("c++")
+    first = cli_json(capsys, "demo", "--root", str(root))
+    assert first["results"] == {"dot([1,2,3],[4,5,6])": 32, "triple(14)": 42}
+    assert [a["first_hit"] for a in first["artifacts"]] == [False, False]
+    assert [a["second_hit"] for a in first["artifacts"]] == [True, True]
+    again = cli_json(capsys, "demo", "--root", str(root))
+    assert [a["first_hit"] for a in again["artifacts"]] == [True, True]
+    assert again["artifacts"][1]["requirements"] == ["python.abi3 >= 3.10"]
+
+
+def test_demo_prints_tables(root: Path) -> None:
+    need("c++")
+    out = run_cli("demo", "--root", str(root))
+    assert out.returncode == 0, out.stderr
+    assert "dot([1,2,3], [4,5,6]) = 32" in out.stdout and "hit in" in out.stdout
+
+
+def test_ls_show_stats(root: Path, capsys) -> None:
+    cache = Cache(root)
+    art = cache.get_or_build("t", "thing", {"flags": ["-O2"]}, writer({"a": "1", "b": "1"}))
+    rows = cli_json(capsys, "ls", "--root", str(root))
+    assert [(r["kind"], r["name"], r["key"]) for r in rows] == [("t", "thing", art.key)]
+    shown = cli_json(capsys, "show", art.key[:10], "--root", str(root))
+    assert shown[0]["inputs"]["flags"] == ["-O2"]
+    stats = cli_json(capsys, "stats", "--root", str(root))
+    assert stats["entries"] == 1 and stats["blobs"] == 1  # two identical files, one blob
+    assert stats["logical_bytes"] == 2 and stats["stored_bytes"] == 1
+    assert main(["ls", "--root", str(root)]) == 0
+    assert "thing" in capsys.readouterr().out
+
+
+def test_show_unknown_key_exits_nonzero(root: Path, capsys) -> None:
+    assert main(["show", "deadbeef", "--root", str(root)]) == 2
+    assert "no entry has a key starting with 'deadbeef'" in capsys.readouterr().err
+
+
+def test_explain_names_a_changed_flag_and_a_changed_fact(root: Path, capsys) -> None:
+    need("c++")
+    src = ['extern "C" int f() { return 1; }']
+    cc.build_library("explained", src, cflags=["-O2"], cache=Cache(root))
+    cc.build_library("explained", src, cflags=["-O3"], cache=Cache(root))
+    doc = cli_json(capsys, "explain", "explained", "--root", str(root))
+    assert [d["what"] for d in doc[0]["candidates"][0]["differences"]] == ["flags"]
+    assert doc[0]["candidates"][0]["differences"][0] == {"what": "flags", "entry": "-O2", "wanted": "-O3"}
+    # A fact: the compiler identity changes (as after a compiler upgrade).
+    upgraded = Cache(root, facts=Facts().with_overrides({"compiler.cxx": "gcc version 99.1.0"}))
+    cc.build_library("explained", src, cflags=["-O3"], cache=upgraded)
+    assert main(["explain", "explained", "--root", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "tools.compiler.cxx: gcc version 12" in text or "tools.compiler.cxx: " in text
+    assert "-> gcc version 99.1.0" in text
+
+
+def test_verify_and_gc(root: Path, capsys) -> None:
+    cache = Cache(root)
+    art = cache.get_or_build("t", "x", {}, writer({"f": b"0" * 100}))
+    assert cli_json(capsys, "verify", "--full", "--root", str(root))["clean"] is True
+    art.file().chmod(0o644)
+    art.file().write_bytes(b"1" * 100)
+    art.file().chmod(0o444)
+    assert main(["verify", "--full", "--root", str(root), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["clean"] is False and "sha256" in report["problems"][0]["reason"]
+    cache.get_or_build("t", "y", {}, writer({"f": b"2" * 100}))
+    gc = cli_json(capsys, "gc", "--max-size", "0", "--root", str(root))
+    assert gc["entries_removed"] == 1 and gc["bytes_after"] == 0
+
+
+def test_env_lists_facts_and_settings(capsys) -> None:
+    doc = cli_json(capsys, "env")
+    assert doc["facts"]["python.implementation"] == "cpython"
+    assert "ABICACHE_DIR" in doc["settings"]
+
+
+def test_usage_errors_exit_2_with_help() -> None:
+    out = run_cli("ls", "--bogus")
+    assert out.returncode == 2 and "unrecognized arguments: --bogus" in out.stderr
+    assert "abicache --help" in out.stderr
+    out = run_cli("gc", "--max-size", "lots")
+    assert out.returncode == 2 and "'lots' is not a size" in out.stderr
+
+
+def test_bad_settings_and_roots_are_clear_errors(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "abicache.cli.main", "ls"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_VERIFY_AGE": "soon"})
+    assert out.returncode == 2 and "ABICACHE_VERIFY_AGE='soon' is not a number of seconds" in out.stderr
+    assert "Traceback" not in out.stderr
+    open_root = tmp_path / "open"
+    open_root.mkdir()
+    open_root.chmod(0o777)
+    out = run_cli("ls", "--root", str(open_root))
+    assert out.returncode == 2 and "is writable by others" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from abicache.env import FACT_NAMES, Facts, toolid
+from conftest import run_py
+
+
+def test_python_facts_describe_this_interpreter() -> None:
+    facts = Facts()
+    major, minor = sys.version_info[:2]
+    assert facts.get("python.version").startswith(f"{major}.{minor}.")
+    assert facts.get("python.abi") == f"cp{major}{minor}{sys.abiflags}"
+    assert facts.get("python.abi3") == (None if "t" in sys.abiflags else f"{major}.{minor}")
+
+
+def test_facts_from_dict_never_probe() -> None:
+    facts = Facts.from_dict({"python.abi": "cp313t"})
+    assert facts.get("python.abi") == "cp313t"
+    assert facts.get("python.version") is None
+    assert facts.snapshot() == {"python.abi": "cp313t"}
+
+
+def test_overrides_win_and_the_rest_is_probed() -> None:
+    facts = Facts().with_overrides({"torch.version": "2.13.1+cpu"})
+    assert facts.get("torch.version") == "2.13.1+cpu"
+    assert facts.get("python.implementation") == "cpython"
+
+
+def test_every_fact_name_has_a_probe_that_runs() -> None:
+    snapshot = Facts().probe_all()
+    assert set(FACT_NAMES) <= set(snapshot)
+    assert snapshot["platform.system"] == os.uname().sysname.lower()
+
+
+def test_torch_identity_without_importing_torch(tmp_path: Path) -> None:
+    """A fake torch package whose version.py carries a local tag; no import happens."""
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('torch must not be imported')\n")
+    (pkg / "version.py").write_text(textwrap.dedent("""
+        __version__ = '2.13.1+cu130'
+        git_version = 'abc123'
+        cuda = '13.0'
+        hip = None
+        debug = False
+    """))
+    code = textwrap.dedent("""
+        import sys
+        from abicache.env import Facts
+        f = Facts()
+        print(f.get('torch.build'))
+        print('torch' in sys.modules)
+    """)
+    out = run_py(code, env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).parents[1] / 'src'}"})
+    assert out.returncode == 0, out.stderr
+    build, imported = out.stdout.split()
+    assert build == "2.13.1+cu130/git=abc123/cuda=13.0/hip=none/cxx11abi=none"
+    assert imported == "False"
+
+
+def _fake_compiler(folder: Path, version: str) -> Path:
+    """A stand-in compiler that logs each call, so we can count subprocesses."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "fakecc"
+    exe.write_text(f"#!/bin/sh\necho call >> {folder}/calls\n"
+                   f"echo 'Target: x86_64-test-linux' >&2\necho 'fakecc version {version}' >&2\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def test_compiler_identity_is_memoized_on_disk_by_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = _fake_compiler(tmp_path / "bin", "1.0")
+    monkeypatch.setenv("CXX", str(exe))
+    memo = tmp_path / "memo"
+    calls = tmp_path / "bin" / "calls"
+    for _ in range(3):
+        toolid._memo.clear()  # as a new process: only the disk memo remains
+        assert Facts(memo_dir=memo).get("compiler.cxx") == "fakecc version 1.0 target=x86_64-test-linux"
+    assert calls.read_text().count("call") == 1
+    # Upgrading the compiler changes its stat: it is asked once more.
+    exe.write_text(exe.read_text().replace("1.0", "2.0") + "\n")
+    toolid._memo.clear()
+    assert Facts(memo_dir=memo).get("compiler.cxx") == "fakecc version 2.0 target=x86_64-test-linux"
+    assert calls.read_text().count("call") == 2
+
+
+def test_compiler_identity_has_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _fake_compiler(tmp_path / "a", "1.0")
+    b = tmp_path / "elsewhere" / "fakecc"
+    b.parent.mkdir()
+    shutil.copy2(a, b)
+    monkeypatch.setenv("CXX", str(a))
+    first = Facts().get("compiler.cxx")
+    monkeypatch.setenv("CXX", str(b))
+    assert Facts().get("compiler.cxx") == first
+    assert str(tmp_path) not in first
+
+
+def test_missing_compiler_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    assert Facts().get("compiler.cxx") is None
+
+
+def test_libstdcxx_floors_are_read_from_the_library() -> None:
+    facts = Facts()
+    glibcxx = facts.get("platform.glibcxx")
+    if glibcxx is None:
+        pytest.skip("no libstdc++ in this process")
+    assert glibcxx.startswith("3.4.") and int(glibcxx.split(".")[2]) >= 20
+    assert facts.get("platform.cxxabi").startswith("1.3.")
