@@ -7,22 +7,20 @@ which it may be loaded, checked against the live environment on every lookup.
     import abicache
     lib = abicache.cc.load_library("add", ['extern "C" int add(int a, int b) { return a + b; }'])
 
-Importing abicache is light: frontends (cc, torch, cuda, triton) and heavy
-dependencies load on first use.
+Importing abicache loads the cache-hit path and nothing heavy: the compiler
+drivers, filelock, pyelftools, rich, torch, triton and remote clients load only
+when a miss, an audit, the CLI or a frontend needs them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from . import cc
 from ._version import __version__
-
-if TYPE_CHECKING:
-    from .cache import Artifact, Cache, get_or_build
-    from .env import Facts
-    from .errors import AbicacheError
-    from .key import Inputs
-    from .requirements import Requirement, Requirements
+from .cache import Artifact, Cache, get_or_build
+from .env import Facts
+from .errors import AbicacheError
+from .key import Inputs
+from .requirements import Requirement, Requirements
 
 __all__ = [
     "AbicacheError",
@@ -36,29 +34,3 @@ __all__ = [
     "cc",
     "get_or_build",
 ]
-
-_LAZY = {
-    "Artifact": ("cache", "Artifact"),
-    "Cache": ("cache", "Cache"),
-    "get_or_build": ("cache", "get_or_build"),
-    "Facts": ("env", "Facts"),
-    "AbicacheError": ("errors", "AbicacheError"),
-    "Inputs": ("key", "Inputs"),
-    "Requirement": ("requirements", "Requirement"),
-    "Requirements": ("requirements", "Requirements"),
-}
-_SUBMODULES = {"cc", "cache", "env", "store", "audit", "requirements", "key", "cli", "config"}
-
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module 'abicache' has no attribute {name!r}")
-    globals()[name] = value
-    return value

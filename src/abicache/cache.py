@@ -9,26 +9,25 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import audit, config, key as keys, progress
+from . import config, key as keys
 from ._version import __version__
 from .env import Facts
-from .errors import AbicacheError, BuildError, ManifestError
-from .explain import Explanation, explain
+from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store.lock import key_lock
 from .store.manifest import variant_id
+
+if TYPE_CHECKING:
+    from .explain import Explanation
 
 Builder = Callable[[Path], Any]
 Auditor = Callable[[Path, Sequence[str]], "tuple[Requirements, dict[str, Any]]"]
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(NamedTuple):
     key: str
     variant: str
     kind: str
@@ -160,7 +159,7 @@ class Cache:
         if where is not None:
             warnings.warn(
                 f"abicache: quarantined {vdir} ({reason}); it will be rebuilt. Moved to {where}",
-                _warning_type(),
+                AbicacheWarning,
                 stacklevel=4,
             )
 
@@ -192,6 +191,9 @@ class Cache:
         key, described = self.key_for(kind, name, inputs)
         found = self._find(kind, key, verify)
         if found is None:
+            from . import progress
+            from .store.lock import key_lock  # filelock: only on a miss
+
             self._log_miss(kind, name, described, key)
             with key_lock(self.store.layout.lock_file(key), f"{kind} {name}",
                           self.lock_timeout, progress.note):
@@ -252,6 +254,8 @@ class Cache:
     ) -> Explanation:
         """Why (kind, name) with these inputs hits or misses; without inputs,
         the newest entry compared with the others."""
+        from .explain import explain
+
         self.store.ensure()
         if inputs is None:
             return explain(self.store, self.facts, kind, name, None, None)
@@ -263,24 +267,22 @@ class Cache:
             return
         import logging
 
+        from .explain import explain
+
         # With no logging configured, logging's last-resort handler prints to stderr.
         text = str(explain(self.store, self.facts, kind, name, described, key))
         logging.getLogger("abicache").warning("abicache miss: %s", text)
 
 
 def _default_audit(stage: Path, paths: Sequence[str]) -> tuple[Requirements, dict[str, Any]]:
+    from . import audit
+
     return audit.detect(stage, paths)
 
 
 def _qualname(build: Builder) -> str:
     module = getattr(build, "__module__", "") or ""
     return f"{module}.{getattr(build, '__qualname__', type(build).__name__)}".lstrip(".")
-
-
-def _warning_type() -> type[Warning]:
-    from .errors import AbicacheWarning
-
-    return AbicacheWarning
 
 
 _default: dict[Path, Cache] = {}

@@ -11,23 +11,17 @@ The compiler's identity (version and target, never its path) is in the key.
 
 from __future__ import annotations
 
+import ctypes  # cc is imported with abicache, so the first hit does not pay for ctypes
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, Union
 
-from . import progress
 from .cache import Artifact, Cache, default_cache
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
-
-if TYPE_CHECKING:
-    import ctypes
 
 Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 _COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")
@@ -72,6 +66,8 @@ def compiler_command(lang: str) -> list[str]:
 
 def run_compiler(argv: list[str], cwd: Path, what: str) -> None:
     """Run one compiler command; on failure, BuildError with its output."""
+    import subprocess
+
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
     except FileNotFoundError:
@@ -89,6 +85,10 @@ def run_compiler(argv: list[str], cwd: Path, what: str) -> None:
 
 def _compile(argv_head: list[str], named: dict[str, str], out: Path, argv_tail: list[str], what: str) -> None:
     """Write sources into a scratch dir, compile and link straight into `out`."""
+    import tempfile
+
+    from . import progress
+
     with tempfile.TemporaryDirectory(prefix="abicache-cc-") as scratch:
         work = Path(scratch)
         for name, code in named.items():
@@ -105,8 +105,7 @@ def library_filename(name: str) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """Everything the cache needs to find or build one artifact."""
 
     kind: str
@@ -165,8 +164,6 @@ def load_library(
     cache: Cache | None = None,
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
-    import ctypes
-
     memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), id(cache))
     lib = _loaded.get(memo)
     if lib is None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 
 KEY_SCHEME = "abicache-key-v1"
 
@@ -20,25 +19,24 @@ class FactSource(Protocol):
     def get(self, name: str) -> str | None: ...
 
 
-def _as_bytes(data: str | bytes) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+def _digest(data: str | bytes) -> str:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return hashlib.sha256(raw).hexdigest()
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """The build inputs of one artifact.
+class Inputs(NamedTuple):
+    """The build inputs of one artifact (immutable, hashable).
 
-    sources: (name, content) pairs; the name is how the builder refers to it.
+    sources: (name, sha256 of the content) pairs; the name is how the builder refers to it.
     flags:   compiler/linker flags, in order (order can change the output).
     tools:   fact names whose values identify the tools (e.g. "compiler.cxx").
     extra:   (name, value) pairs of other settings that shape the output.
     """
 
-    sources: tuple[tuple[str, bytes], ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
     flags: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     extra: tuple[tuple[str, str], ...] = ()
-    _digests: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def make(
@@ -49,7 +47,7 @@ class Inputs:
         extra: Mapping[str, Any] | None = None,
     ) -> Inputs:
         return cls(
-            sources=tuple(sorted((n, _as_bytes(c)) for n, c in (sources or {}).items())),
+            sources=tuple(sorted((n, _digest(c)) for n, c in (sources or {}).items())),
             flags=normalize_flags(flags),
             tools=tuple(sorted(set(tools))),
             extra=tuple(sorted((str(k), str(v)) for k, v in (extra or {}).items())),
@@ -57,11 +55,8 @@ class Inputs:
 
     def describe(self, facts: FactSource) -> dict[str, Any]:
         """The canonical document that is hashed and stored in the manifest."""
-        if not self._digests:
-            for name, content in self.sources:
-                self._digests[name] = hashlib.sha256(content).hexdigest()
         return {
-            "sources": dict(self._digests),
+            "sources": dict(self.sources),
             "flags": list(self.flags),
             "tools": {name: facts.get(name) for name in self.tools},
             "extra": dict(self.extra),

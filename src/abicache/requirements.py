@@ -17,10 +17,9 @@ returns, for every unmet requirement, a sentence saying why.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Iterator, NamedTuple, Protocol
 
-from . import archs, versions
+from . import versions
 from .errors import RequirementSyntaxError
 
 OPERATORS = ("==", ">=", "in", "~=")
@@ -46,6 +45,8 @@ def _canonical_value(op: str, value: str) -> str:
     if not all(items) or not all(_TOKEN_RE.match(v) for v in items):
         raise RequirementSyntaxError(f"{value!r} is not a comma-separated list of values")
     if op == "~=":
+        from . import archs
+
         try:
             return ",".join(sorted({str(archs.parse_target(v)) for v in items}))
         except ValueError as exc:
@@ -53,22 +54,26 @@ def _canonical_value(op: str, value: str) -> str:
     return ",".join(sorted(set(items)))
 
 
-@dataclass(frozen=True, order=True)
-class Requirement:
+# Values on the hit path are NamedTuples, not dataclasses: on Python 3.11 each
+# frozen dataclass costs ~1.5 ms to create at import (and `dataclasses` pulls in
+# `inspect`, ~8 ms), which alone would break the first-hit budget (bench/).
+class _RequirementFields(NamedTuple):
     name: str
     op: str
     value: str
 
-    def __post_init__(self) -> None:
-        if not re.fullmatch(_NAME, self.name):
-            raise RequirementSyntaxError(
-                f"{self.name!r} is not a fact name (lower-case words joined by dots)"
-            )
-        if self.op not in OPERATORS:
-            raise RequirementSyntaxError(
-                f"unknown operator {self.op!r}; use one of {', '.join(OPERATORS)}"
-            )
-        object.__setattr__(self, "value", _canonical_value(self.op, self.value))
+
+class Requirement(_RequirementFields):
+    """One condition; immutable, hashable, ordered by (name, op, value)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, op: str, value: str) -> Requirement:
+        if not re.fullmatch(_NAME, name):
+            raise RequirementSyntaxError(f"{name!r} is not a fact name (lower-case words joined by dots)")
+        if op not in OPERATORS:
+            raise RequirementSyntaxError(f"unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+        return super().__new__(cls, name, op, _canonical_value(op, value))
 
     def __str__(self) -> str:
         return f"{self.name} {self.op} {self.value}"
@@ -112,6 +117,8 @@ def _at_least(have: str, want: str) -> bool:
 
 
 def _gpu_compatible(devices: str, targets: tuple[str, ...]) -> bool:
+    from . import archs
+
     try:
         present = [archs.parse_device(d) for d in devices.split(",") if d]
     except ValueError:
@@ -120,8 +127,7 @@ def _gpu_compatible(devices: str, targets: tuple[str, ...]) -> bool:
     return bool(present) and all(any(t.runs_on(d) for t in built) for d in present)
 
 
-@dataclass(frozen=True)
-class Unmet:
+class Unmet(NamedTuple):
     requirement: Requirement
     reason: str
 
@@ -143,12 +149,26 @@ def _normalize(items: Iterable[Requirement]) -> tuple[Requirement, ...]:
     return tuple(sorted(rest | set(highest.values())))
 
 
-@dataclass(frozen=True)
 class Requirements:
-    items: tuple[Requirement, ...] = ()
+    """An immutable, normalized set of requirements (sorted, highest minimums)."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "items", _normalize(self.items))
+    __slots__ = ("items",)
+    items: tuple[Requirement, ...]
+
+    def __init__(self, items: Iterable[Requirement] = ()) -> None:
+        object.__setattr__(self, "items", _normalize(items))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Requirements is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Requirements) and self.items == other.items
+
+    def __hash__(self) -> int:
+        return hash(self.items)
+
+    def __repr__(self) -> str:
+        return f"Requirements({str(self)!r})"
 
     @classmethod
     def of(cls, items: Iterable[Requirement | str] = ()) -> Requirements:

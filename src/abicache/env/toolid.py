@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -17,18 +16,24 @@ _memo: dict[tuple[str, str, str], tuple[tuple[int, int, int], str]] = {}
 
 
 def which(command: str) -> Path | None:
+    """Like shutil.which, with plain string paths: it runs on every first hit."""
     if os.sep in command:
-        path = Path(command)
-        return path if path.is_file() and os.access(path, os.X_OK) else None
+        return Path(command) if _executable(command) else None
     for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = Path(folder or ".") / command
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
+        candidate = os.path.join(folder or ".", command)
+        if _executable(candidate):
+            return Path(candidate)
     return None
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def run_tool(argv: list[str]) -> str:
     """Run a version query; stdout and stderr together (gcc -v writes to stderr)."""
+    import subprocess  # only when the on-disk memo misses
+
     done = subprocess.run(
         argv, capture_output=True, text=True, errors="replace", timeout=60, check=False
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 LAYOUT_VERSION = "v1"
 _KIND = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -24,8 +24,7 @@ def check_hex(value: str, what: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     root: Path  # the user-facing root; everything lives under root/v1
 
     @property

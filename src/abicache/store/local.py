@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,6 +148,8 @@ class Store:
     @contextmanager
     def stage(self) -> Iterator[Path]:
         """A fresh private directory under tmp/; removed if the block fails."""
+        import tempfile  # the write side is only reached on a miss
+
         self.ensure()
         path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
         try:
@@ -233,6 +233,8 @@ class Store:
 
     def remove_tree(self, path: Path) -> None:
         """Rename into trash/ first (atomic for readers), then delete."""
+        import shutil
+
         self.layout.trash.mkdir(parents=True, exist_ok=True)
         target = self.layout.trash / f"{os.getpid()}-{time.monotonic_ns()}-{path.name}"
         try:

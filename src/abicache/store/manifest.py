@@ -10,8 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from ..errors import ManifestError, RequirementSyntaxError
 from ..requirements import Requirements
@@ -26,8 +25,7 @@ _HEX = re.compile(r"^[0-9a-f]{16,64}$")
 RESERVED = frozenset({FILENAME})
 
 
-@dataclass(frozen=True)
-class FileRecord:
+class FileRecord(NamedTuple):
     path: str  # relative, '/'-separated
     sha256: str
     size: int
@@ -38,8 +36,7 @@ class FileRecord:
         return bool(self.mode & 0o111)
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     key: str
     variant: str
     kind: str
@@ -48,10 +45,10 @@ class Manifest:
     requirements: Requirements
     declared: Requirements = Requirements()
     detected: Requirements = Requirements()
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-    facts: Mapping[str, Any] = field(default_factory=dict)
-    audit: Mapping[str, Any] = field(default_factory=dict)
-    builder: Mapping[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = {}  # never mutated: manifests are values
+    facts: Mapping[str, Any] = {}
+    audit: Mapping[str, Any] = {}
+    builder: Mapping[str, Any] = {}
     abicache_version: str = ""
     created: float = 0.0
     build_seconds: float = 0.0
