@@ -344,3 +344,22 @@ def test_abicache_explain_prints_without_logging_setup(tmp_path: Path) -> None:
     out = run_py(code, env={"ABICACHE_EXPLAIN": "1"})
     assert out.returncode == 0, out.stderr
     assert "flags: -O2 -> -O3" in out.stderr
+
+
+@pytest.mark.parametrize("code", ["ENOLCK", "ENOSYS"])
+def test_builds_proceed_where_the_filesystem_cannot_lock(cache: Cache, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """Some network filesystems refuse flock: build unlocked, warn once, stay correct."""
+    import errno
+    import fcntl
+
+    import abicache.store.lock as lockmod
+
+    def refuse(fd: int, op: int) -> None:
+        raise OSError(getattr(errno, code), "flock not supported here")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    monkeypatch.setattr(lockmod, "_warned_unlocked", False)
+    with pytest.warns(AbicacheWarning, match="building without a lock"):
+        art = cache.get_or_build("t", "nolock", INPUTS, writer({"f": "x"}))
+    assert art.file().read_text() == "x"
+    assert verify_store(cache.store, full=True).clean
