@@ -164,15 +164,13 @@ def load_library(
     cache: Cache | None = None,
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
-    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), id(cache))
-    lib = _loaded.get(memo)
-    if lib is None:
-        art = build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache)
-        lib = _loaded[memo] = _retry_if_evicted(lambda a: ctypes.CDLL(str(a.file())), art,
-                                               lambda: build_library(name, sources, lang=lang,
-                                                                     cflags=cflags, ldflags=ldflags,
-                                                                     cache=cache))
-    return lib
+    cache = cache or default_cache()
+    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), cache.root)
+    return _load_once(
+        memo,
+        lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
+        lambda art: ctypes.CDLL(str(art.file())),
+    )
 
 
 def _fingerprint(sources: Sequence[Source] | Source) -> Any:
@@ -193,14 +191,20 @@ def _fingerprint(sources: Sequence[Source] | Source) -> Any:
     return tuple(out)
 
 
-def _retry_if_evicted(load: Any, art: Artifact, rebuild: Any) -> Any:
-    """gc may remove an entry between lookup and load: look up (or build) once more."""
-    try:
-        return load(art)
-    except OSError:
-        if art.path.exists():
-            raise
-        return load(rebuild())
+def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callable[[Artifact], Any]) -> Any:
+    """Load an artifact once per process. gc may remove the entry between
+    lookup and load: then look it up (or build it) once more."""
+    loaded = _loaded.get(memo)
+    if loaded is None:
+        art = get()
+        try:
+            loaded = load(art)
+        except OSError:
+            if art.path.exists():
+                raise
+            loaded = load(get())
+        _loaded[memo] = loaded
+    return loaded
 
 
 def _python_flags(abi3: str | None, facts: Facts) -> tuple[list[str], str, dict[str, str], list[str]]:
@@ -279,16 +283,13 @@ def load_module(
     cache: Cache | None = None,
 ) -> ModuleType:
     """Build (once) and import a CPython extension module."""
-    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), id(cache))
-    module = _loaded.get(memo)
-    if module is None:
-        art = build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache)
-        module = _loaded[memo] = _retry_if_evicted(
-            lambda a: import_extension(name, a.file()), art,
-            lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags,
-                                 ldflags=ldflags, cache=cache),
-        )
-    return module
+    cache = cache or default_cache()
+    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), cache.root)
+    return _load_once(
+        memo,
+        lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
+        lambda art: import_extension(name, art.file()),
+    )
 
 
 def import_extension(name: str, path: Path) -> ModuleType:
