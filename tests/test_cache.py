@@ -44,7 +44,7 @@ def test_the_in_process_memo_returns_the_same_artifact(cache: Cache) -> None:
 
 
 def _auditor(requirement: str):
-    return lambda stage, paths: (Requirements.of([requirement]), {"said": requirement})
+    return lambda stage, paths, declared, facts: (Requirements.of([requirement]), {"said": requirement})
 
 
 def test_one_key_holds_a_variant_per_requirement_set(root: Path) -> None:

@@ -33,7 +33,7 @@ def test_demo_builds_then_hits(root: Path, capsys) -> None:
     assert [a["second_hit"] for a in first["artifacts"]] == [True, True]
     again = cli_json(capsys, "demo", "--root", str(root))
     assert [a["first_hit"] for a in again["artifacts"]] == [True, True]
-    assert again["artifacts"][1]["requirements"] == ["python.abi3 >= 3.10"]
+    assert "python.abi3 >= 3.10" in again["artifacts"][1]["requirements"]
 
 
 def test_demo_prints_tables(root: Path) -> None:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .explain import Explanation
 
 Builder = Callable[[Path], Any]
-Auditor = Callable[[Path, Sequence[str]], "tuple[Requirements, dict[str, Any]]"]
+# (stage, files, declared, facts) -> (detected requirements, audit summary)
+Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
 
 class Artifact(NamedTuple):
@@ -100,7 +101,7 @@ class Cache:
         self.lock_timeout = (
             config.seconds("ABICACHE_LOCK_TIMEOUT") if lock_timeout is None else lock_timeout
         )
-        self.audit = audit or _default_audit
+        self.audit = audit or self._default_audit
         self._memo: dict[tuple[Any, ...], Artifact] = {}
 
     def __repr__(self) -> str:
@@ -217,7 +218,7 @@ class Cache:
             build(stage)
             seconds = time.perf_counter() - start
             paths = self.store.collect(stage)
-            detected, summary = self.audit(stage, paths)
+            detected, summary = self.audit(stage, paths, declared, self.facts)
             reqs = declared | detected
             unmet = reqs.unmet(self.facts)
             if unmet:
@@ -247,6 +248,12 @@ class Cache:
                 manifest = self.store.read_manifest(vdir)
             return _artifact(vdir, manifest, hit=False)
 
+    def _default_audit(self, stage: Path, paths: Sequence[str], declared: Requirements,
+                       facts: Any) -> tuple[Requirements, dict[str, Any]]:
+        from . import audit  # pyelftools and abi3info load only when something is built
+
+        return audit.detect(stage, paths, declared, facts, memo_dir=self.store.layout.tools)
+
     # ---- explaining ------------------------------------------------------
 
     def explain(
@@ -272,12 +279,6 @@ class Cache:
         # With no logging configured, logging's last-resort handler prints to stderr.
         text = str(explain(self.store, self.facts, kind, name, described, key))
         logging.getLogger("abicache").warning("abicache miss: %s", text)
-
-
-def _default_audit(stage: Path, paths: Sequence[str]) -> tuple[Requirements, dict[str, Any]]:
-    from . import audit
-
-    return audit.detect(stage, paths)
 
 
 def _qualname(build: Builder) -> str:

@@ -23,6 +23,7 @@ TORCH_FACTS = (
     "torch.hip",
     "torch.cxx11abi",
     "torch.build",
+    "torch.flavor",
     "torch.root",
 )
 TRITON_FACTS = ("triton.version",)
@@ -169,7 +170,18 @@ def torch() -> dict[str, str | None]:
         [info["torch.version"] or "unknown"]
         + [f"{k}={info[f'torch.{k}'] or 'none'}" for k in ("git", "cuda", "hip", "cxx11abi")]
     )
+    info["torch.flavor"] = _torch_flavor(info)
     return info
+
+
+def _torch_flavor(info: dict[str, str | None]) -> str:
+    """cuda, rocm, xpu or cpu: which device shims this torch exports."""
+    if info.get("torch.cuda"):
+        return "cuda"
+    if info.get("torch.hip"):
+        return "rocm"
+    local = (info.get("torch.version") or "").partition("+")[2]
+    return "xpu" if local.startswith("xpu") else "cpu"
 
 
 def _live_torch() -> dict[str, str | None] | None:
