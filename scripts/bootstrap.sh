@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+pip_install() { "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$@"; }
 
 apt_packages=()
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc)
@@ -18,5 +19,17 @@ if ((${#apt_packages[@]})); then
   fi
 fi
 
-"$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[test]'
+pip_install -e '.[test]'
+
+# The audit tests build torch ops and CUDA artifacts with the real tools.
+# torch is pinned: 2.13.0 is the CPU wheel on these machines, and an unpinned
+# 'torch' would pull a CUDA build of several GB.
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" \
+  || pip_install 'torch==2.13.0'
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -z "${CUDA_HOME:-}" ]; then
+  echo "bootstrap: no nvcc found; installing PyPI's nvidia-cuda-nvcc (CUDA 13)"
+  pip_install 'nvidia-cuda-nvcc'
+fi
+pip_install 'nvidia-cuda-cuobjdump'   # cross-checks the CUDA parser in the tests
+
 echo "bootstrap: ready ($("$PY" -m abicache --version), $("$PY" --version))"

@@ -93,9 +93,11 @@ def _gpu_problems(findings: list[Finding], claims: Requirements) -> list[str]:
 
 def _host(path: str, info: elf.ElfInfo, data: Any, claims: Requirements,
           facts: FactSource, memo_dir: Path | None, built_here: bool) -> FileAudit:
-    claims = claims | python_abi.claim_from_filename(path) if not _claims_python(claims) else claims
+    from_filename = not _claims_python(claims)
+    if from_filename:
+        claims = claims | python_abi.claim_from_filename(path)
     findings = native.findings(info)
-    py_found, py_problems, py_summary = python_abi.audit(info, claims)
+    py_found, py_problems, py_summary = python_abi.audit(info, claims, from_filename)
     torch_found, torch_problems, torch_summary = torch_abi.audit(info, claims, facts, memo_dir, built_here)
     findings += py_found + torch_found + _cuda_library_findings(info)
     device = cuda.embedded_fatbins(data, path)

@@ -43,7 +43,7 @@ class PythonImports(NamedTuple):
 
 def classify(info: ElfInfo) -> PythonImports:
     names = tuple(sorted(s.name for s in info.imports if s.name.startswith(("Py", "_Py"))))
-    limited = limited_api()
+    limited = limited_api() if names else {}  # abi3info only for Python extensions
     outside = tuple(n for n in names if n not in limited)
     newest, newest_names = None, []
     for name in names:
@@ -69,8 +69,13 @@ def claim_from_filename(path: str) -> Requirements:
     return Requirements.of([f"python.abi == cp{major}{minor}{flags}"])
 
 
-def audit(info: ElfInfo, claims: Requirements) -> tuple[list[Finding], list[str], dict[str, Any]]:
-    """Findings and problems for the Python side of a host library."""
+def audit(info: ElfInfo, claims: Requirements,
+          from_filename: bool = False) -> tuple[list[Finding], list[str], dict[str, Any]]:
+    """Findings and problems for the Python side of a host library.
+
+    from_filename: the claim came from an '.abi3.so' name, which says abi3 but
+    not from which version: the symbols set the floor instead of contradicting it.
+    """
     found = classify(info)
     claimed = {r.name: r for r in claims if r.name in ("python.abi", "python.abi3")}
     summary = {"python_imports": len(found.names), "outside_limited_api": len(found.outside_limited),
@@ -78,7 +83,10 @@ def audit(info: ElfInfo, claims: Requirements) -> tuple[list[Finding], list[str]
     if not found.names and not claimed:
         return [], [], summary
     if "python.abi3" in claimed:
-        return _abi3(found, claimed["python.abi3"].value) + (summary,)
+        floor = claimed["python.abi3"].value
+        if from_filename:
+            floor = found.newest or floor
+        return _abi3(found, floor) + (summary,)
     if "python.abi" in claimed:
         return _exact(found, claimed["python.abi"].value) + (summary,)
     evidence = f"imports {len(found.names)} CPython symbols ({sample(found.names)}); no ABI tag says which version"

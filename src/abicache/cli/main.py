@@ -1,4 +1,4 @@
-"""abicache command line: env, ls, show, explain, gc, verify, stats, demo.
+"""abicache command line: env, ls, show, explain, gc, verify, stats, audit, doctor, demo.
 
 Exit codes: 0 success; 1 the command found a problem (verify found damage,
 explain found a miss, show found nothing); 2 usage or configuration error.
@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import AbicacheError
-from . import commands
+from . import audit_cmds, commands
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -49,13 +49,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", parents=[common], help="check entries; quarantine damage")
     p.add_argument("--full", action="store_true", help="re-hash every file and blob")
     sub.add_parser("stats", parents=[common], help="size, entries, sharing")
+    assume = argparse.ArgumentParser(add_help=False)
+    assume.add_argument("--assume", action="append", metavar="FACT=VALUE",
+                        help="judge for another environment, e.g. gpu.arch=sm_80 (repeatable)")
+    p = sub.add_parser("audit", parents=[common, assume], help="what binaries need, with evidence")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p = sub.add_parser("doctor", parents=[common, assume],
+                       help="find binaries in existing JIT caches that cannot load here")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
     sub.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = getattr(commands, f"cmd_{args.command}")
+    module = audit_cmds if args.command in ("audit", "doctor") else commands
+    handler = getattr(module, f"cmd_{args.command}")
     try:
         return int(handler(args) or EXIT_OK)
     except AbicacheError as exc:
@@ -64,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("abicache: interrupted\n")
         return 130
+    except BrokenPipeError:  # `abicache ls | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

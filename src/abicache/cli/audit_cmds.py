@@ -1,0 +1,136 @@
+"""`abicache audit FILE...` and `abicache doctor [PATH...]`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..env import Facts
+from ..errors import AbicacheError
+from . import render
+
+#: JIT caches people already have, with the variable that moves each one.
+KNOWN_CACHES = (
+    ("TORCH_EXTENSIONS_DIR", "~/.cache/torch_extensions"),
+    ("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"),
+    ("TRITON_CACHE_DIR", "~/.triton/cache"),
+    ("FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer"),
+)
+_BINARY_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
+UNKNOWN_TORCH = "torch.build == unknown"
+
+
+def assumed_facts(assume: list[str]) -> Facts:
+    overrides: dict[str, str | None] = {}
+    for item in assume or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise AbicacheError(f"--assume {item!r}: write it as FACT=VALUE, e.g. gpu.arch=sm_80")
+        overrides[name.strip()] = value.strip() or None
+    return Facts().with_overrides(overrides)
+
+
+def _judge(path: Path, facts: Facts) -> dict[str, Any]:
+    from ..audit import AuditError, audit_file
+
+    try:
+        audited = audit_file(path, facts=facts)
+    except AuditError as exc:
+        return {"path": str(path), "kind": "unreadable", "error": str(exc), "requirements": [],
+                "problems": [str(exc)], "unmet": []}
+    doc = audited.to_dict()
+    unmet = {str(u.requirement): u.reason for u in audited.requirements().unmet(facts)}
+    for row in doc["requirements"]:
+        row["holds_here"] = row["requirement"] not in unmet
+    # "torch.build == unknown": no evidence either way (the build is not recorded in
+    # the binary); missing symbols, if any, are already a problem.
+    doc["unverifiable"] = [r for k, r in unmet.items() if k == UNKNOWN_TORCH]
+    doc["unmet"] = [r for k, r in unmet.items() if k != UNKNOWN_TORCH]
+    return doc
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    facts = assumed_facts(args.assume)
+    docs = [_judge(Path(f), facts) for f in args.files]
+    if args.json:
+        render.emit_json(docs)
+    for doc in docs if not args.json else ():
+        _print_audit(doc)
+    if any(d["kind"] == "unreadable" for d in docs):
+        return 2
+    return 1 if any(d["problems"] or d["unmet"] for d in docs) else 0
+
+
+def _print_audit(doc: dict[str, Any]) -> None:
+    render.say(f"[bold]{doc['path']}[/]: {doc['kind']}")
+    if doc["kind"] == "unreadable":
+        render.say(f"  [red]cannot audit[/]: {doc['error']}")
+        return
+    if doc["requirements"]:
+        render.table("requirements", ["requirement", "here", "because"],
+                     [(r["requirement"], "yes" if r["holds_here"] else "NO", r["evidence"])
+                      for r in doc["requirements"]])
+    else:
+        render.say("  no requirements: loads anywhere this platform runs")
+    for problem in doc["problems"]:
+        render.say(f"  [red]problem[/]: {problem}")
+
+
+def _scan_roots(paths: list[str]) -> list[Path]:
+    if paths:
+        return [Path(p).expanduser() for p in paths]
+    roots = []
+    for variable, default in KNOWN_CACHES:
+        root = Path(os.environ.get(variable) or default).expanduser()
+        if root.exists():
+            roots.append(root)
+    return roots
+
+
+def _binaries(root: Path) -> Iterator[Path]:
+    if root.is_file():
+        yield root
+        return
+    for folder, _dirs, files in os.walk(root):
+        for name in sorted(files):
+            if name.endswith(_BINARY_SUFFIXES) or ".so." in name:
+                yield Path(folder) / name
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    facts = assumed_facts(args.assume)
+    roots = _scan_roots(args.paths)
+    files = [p for root in roots for p in _binaries(root)]
+    bad, unverifiable = [], []
+    with render.Progress("auditing", len(files)) as bar:
+        for path in files:
+            doc = _judge(path, facts)
+            bar.advance()
+            reasons = doc["problems"] + doc["unmet"]
+            if reasons:
+                bad.append({"path": str(path), "kind": doc["kind"], "reasons": reasons,
+                            "delete": str(path.parent)})
+            elif doc.get("unverifiable"):
+                unverifiable.append(str(path))
+    if args.json:
+        render.emit_json({"scanned": [str(r) for r in roots], "files": len(files), "unsafe": bad,
+                          "unverifiable": unverifiable})
+    else:
+        render.say(f"scanned {len(files)} binaries in {len(roots)} caches: "
+                   + (", ".join(str(r) for r in roots) or "(none found)"))
+        if bad:
+            render.table("cannot be safely loaded here", ["file", "why"],
+                         [(b["path"], "; ".join(b["reasons"])) for b in bad])
+            render.say("to clean up (each is one cache entry of the tool that built it):")
+            for folder in sorted({b["delete"] for b in bad}):
+                render.say(f"  rm -rf {folder}")
+        else:
+            render.say("nothing found that this environment cannot load")
+        if unverifiable:
+            render.say(f"{len(unverifiable)} torch extensions import unstable torch C++ symbols that the "
+                       "installed torch exports, but they do not record which torch build they were "
+                       "compiled against: abicache cannot prove them safe. Rebuild them through "
+                       "abicache.torch to have the build recorded.")
+    return 1 if bad else 0
