@@ -9,11 +9,12 @@ from typing import Callable
 
 import pytest
 
-from abicache import Cache
-from abicache.env import Facts
-
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+sys.path.insert(0, str(SRC))  # test this checkout, whatever an editable install points at
+
+from abicache import Cache  # noqa: E402
+from abicache.env import Facts  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ from ..env import FACT_NAMES
 from ..errors import AbicacheError, ManifestError, NotFound
 from ..store import Manifest
 from ..store.gc import collect_garbage, disk_usage
+from ..store.local import children
 from ..store.verify import verify_store
 from . import render
 
@@ -193,8 +194,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     doc = {
         "root": str(cache.root), "entries": len(entries), "blobs": blob_count,
         "stored_bytes": stored, "logical_bytes": logical,
-        "quarantined": len(list(_children(cache.store.layout.quarantine))),
-        "leftovers": len(list(_children(cache.store.layout.tmp))),
+        "quarantined": len([p for p in children(cache.store.layout.quarantine) if p.name != "damaged-blobs"]),
+        "leftovers": len(children(cache.store.layout.tmp)),
         "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
     }
     if args.json:
@@ -207,13 +208,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     render.table("by kind", ["kind", "entries", "size"],
                  [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
     return 0
-
-
-def _children(path: Path) -> list[Path]:
-    try:
-        return [p for p in path.iterdir() if p.name != "damaged-blobs"]
-    except FileNotFoundError:
-        return []
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

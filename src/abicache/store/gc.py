@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ManifestError
-from .local import Store
+from .local import Store, children
 
 DEFAULT_TMP_AGE = 6 * 3600.0
 QUARANTINE_AGE = 7 * 86400.0
@@ -121,7 +121,7 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
     ages = ((store.layout.tmp, tmp_age), (store.layout.quarantine, QUARANTINE_AGE),
             (store.layout.trash, 0.0))
     for folder, age in ages:
-        for child in _children(folder):
+        for child in children(folder):
             try:
                 if now - child.lstat().st_mtime >= age:
                     store.remove_tree(child)
@@ -132,15 +132,8 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
 
 
 def _drop_stale_index(store: Store) -> None:
-    for kind_dir in _children(store.layout.index):
-        for name_dir in _children(kind_dir):
-            for marker in _children(name_dir):
+    for kind_dir in children(store.layout.index):
+        for name_dir in children(kind_dir):
+            for marker in children(name_dir):
                 if not store.layout.key_dir(kind_dir.name, marker.name).exists():
                     marker.unlink(missing_ok=True)
-
-
-def _children(path: Path) -> list[Path]:
-    try:
-        return list(path.iterdir())
-    except FileNotFoundError:
-        return []

@@ -265,6 +265,14 @@ class Store:
             return None
 
 
+def children(path: Path) -> list[Path]:
+    """Everything directly in a folder; [] if it does not exist (yet, or any more)."""
+    try:
+        return sorted(path.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def _subdirs(path: Path) -> list[Path]:
     try:
         with os.scandir(path) as it:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..errors import ManifestError
 from . import blobs
-from .local import Store
+from .local import Store, children
 
 
 @dataclass
@@ -49,7 +49,7 @@ def verify_store(
             progress(1)
     if full:
         _verify_blobs(store, report)
-    report.leftovers = sum(1 for _ in _children(store.layout.tmp))
+    report.leftovers = sum(1 for _ in children(store.layout.tmp))
     report.seconds = time.perf_counter() - start
     return report
 
@@ -98,10 +98,3 @@ def _verify_blobs(store: Store, report: VerifyReport) -> None:
                 Path(entry.path).replace(aside / entry.name)
             except FileNotFoundError:
                 pass
-
-
-def _children(path: Path) -> list[Path]:
-    try:
-        return list(path.iterdir())
-    except FileNotFoundError:
-        return []
