@@ -164,13 +164,17 @@ def load_library(
     cache: Cache | None = None,
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
-    cache = cache or default_cache()
-    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), cache.root)
+    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), _where(cache))
     return _load_once(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: ctypes.CDLL(str(art.file())),
     )
+
+
+def _where(cache: Cache | None) -> Any:
+    """Which store a memo entry belongs to, without building a Path on every hit."""
+    return cache.root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
 
 
 def _fingerprint(sources: Sequence[Source] | Source) -> Any:
@@ -283,8 +287,7 @@ def load_module(
     cache: Cache | None = None,
 ) -> ModuleType:
     """Build (once) and import a CPython extension module."""
-    cache = cache or default_cache()
-    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), cache.root)
+    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache))
     return _load_once(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
