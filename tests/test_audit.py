@@ -97,7 +97,21 @@ def test_multi_arch_fatbin_with_compressed_ptx(work: Path) -> None:
     audited = audit_file(fat)
     assert [str(f.requirement) for f in audited.findings] == ["gpu.arch ~= compute_90,sm_80,sm_90a"]
     ptx = [t for t in audited.summary["targets"] if t["kind"] == "ptx"]
-    assert ptx == [{"kind": "ptx", "arch": "compute_90", "ptx_isa": "9.0", "compression": "zstd"}]
+    checked = __import__("importlib").util.find_spec("zstandard") is not None
+    assert ptx == [{"kind": "ptx", "arch": "compute_90", "ptx_isa": "9.0", "compression": "zstd",
+                    "checked": checked}]
+
+
+def test_a_fatbin_whose_ptx_disagrees_with_its_header_is_refused(work: Path) -> None:
+    pytest.importorskip("zstandard", reason="needs zstandard to read compressed PTX")
+    fat = nvcc(work / "lie.fatbin", "-fatbin", "-gencode", "arch=compute_90,code=compute_90")
+    data = bytearray(fat.read_bytes())
+    entry = 16  # after the container header: patch the entry's arch field from 90 to 80
+    assert int.from_bytes(data[entry + 28:entry + 32], "little") == 90
+    data[entry + 28:entry + 32] = (80).to_bytes(4, "little")
+    fat.write_bytes(bytes(data))
+    with pytest.raises(AuditError, match="the header says compute_80 ISA 9.0, the PTX inside says compute_90"):
+        audit_file(fat)
 
 
 def test_host_library_with_shared_cudart(work: Path) -> None:

@@ -116,3 +116,51 @@ def test_libstdcxx_floors_are_read_from_the_library() -> None:
         pytest.skip("no libstdc++ in this process")
     assert glibcxx.startswith("3.4.") and int(glibcxx.split(".")[2]) >= 20
     assert facts.get("platform.cxxabi").startswith("1.3.")
+
+
+FAKE_DRIVER = r"""
+int cuDriverGetVersion(int* v) { *v = 13000; return 0; }
+int cuInit(unsigned flags) { return 0; }
+int cuDeviceGetCount(int* n) { *n = 2; return 0; }
+int cuDeviceGetAttribute(int* value, int attribute, int device) {
+    if (attribute == 75) { *value = device == 0 ? 9 : 8; return 0; }
+    if (attribute == 76) { *value = 0; return 0; }
+    return 1;
+}
+"""
+
+
+def test_cuda_facts_from_a_stand_in_driver(tmp_path: Path) -> None:
+    """A real shared library with the driver's soname and entry points (no GPU here)."""
+    import subprocess as sp
+
+    src = tmp_path / "cuda.c"
+    src.write_text(FAKE_DRIVER)
+    lib = tmp_path / "libcuda.so.1"
+    sp.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(lib)], check=True)
+    code = "from abicache.env import Facts; f = Facts(); print(f.get('cuda.driver'), f.get('gpu.arch'))"
+    out = run_py(code, env={"LD_LIBRARY_PATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["13.0", "sm_80,sm_90"]
+
+
+def test_no_driver_means_no_gpu_facts() -> None:
+    code = "from abicache.env import Facts; f = Facts(); print(f.get('cuda.driver'), f.get('gpu.arch'))"
+    out = run_py(code, env={"LD_LIBRARY_PATH": ""})
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver")
+    assert out.stdout.split() == ["None", "None"]
+
+
+def test_cuda_runtime_major_from_the_libraries_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache.env import cuda_probe
+
+    for name in ("libcudart.so.12", "libcudart.so.11.0", "libcudart.so.13"):
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(cuda_probe, "_loaded_cudart", lambda: None)
+    assert cuda_probe.runtime_major() == "13"
+    (tmp_path / "libcudart.so.13").unlink()
+    assert cuda_probe.runtime_major() == "12"

@@ -29,10 +29,7 @@ class Target(NamedTuple):
     arch: str  # "sm_90a", "compute_80", ...
     ptx_isa: str | None = None  # "9.0" for PTX
     compression: str | None = None  # "zstd", "lz4" or None
-
-    @property
-    def requirement_target(self) -> str:
-        return self.arch
+    checked: bool = False  # PTX payload read (decompressed if needed) and found to agree
 
 
 def cubin_target(info: ElfInfo, data: bytes) -> Target:
@@ -95,8 +92,8 @@ def fatbin_targets(data: bytes, where: str = "fatbin") -> list[Target]:
 def _entries(data: bytes, start: int, end: int, where: str) -> Iterator[Target]:
     pos = start
     while pos + _ENTRY.size <= end:
-        (kind, _ver, header_size, padded, _csize, _u1, minor, major, arch, _noff, _nlen, flags,
-         _zero, _usize) = _ENTRY.unpack_from(data, pos)
+        (kind, _ver, header_size, padded, csize, _u1, minor, major, arch, _noff, _nlen, flags,
+         _zero, usize) = _ENTRY.unpack_from(data, pos)
         if header_size < _ENTRY.size or pos + header_size + padded > end or arch <= 0:
             raise AuditError(f"{where}: malformed fatbin entry at byte {pos}")
         name = KINDS.get(kind)
@@ -106,8 +103,43 @@ def _entries(data: bytes, start: int, end: int, where: str) -> Iterator[Target]:
         prefix = "compute" if name == "ptx" else "sm"
         compression = "zstd" if flags & F_ZSTD else ("lz4" if flags & F_LZ4 else None)
         isa = f"{major}.{minor}" if name == "ptx" else None
-        yield Target(name, f"{prefix}_{arch}{suffix}", isa, compression)
+        target = Target(name, f"{prefix}_{arch}{suffix}", isa, compression)
+        if name == "ptx":
+            stored = csize if compression else padded
+            payload = bytes(data[pos + header_size:pos + header_size + stored])
+            target = _check_ptx(target, payload, usize, f"{where} entry at byte {pos}")
+        yield target
         pos += header_size + padded
+
+
+def _check_ptx(target: Target, payload: bytes, size: int, where: str) -> Target:
+    """Read the PTX inside an entry (decompressing it when the optional library is
+    installed) and make sure it says what the entry header says."""
+    text = _decompress(target.compression, payload, size, where)
+    if text is None:
+        return target  # no decompressor here: reported from the headers alone
+    inner = ptx_target(text.decode("utf-8", errors="replace"), where)
+    if (inner.arch.rstrip("af"), inner.ptx_isa) != (target.arch.rstrip("af"), target.ptx_isa):
+        raise AuditError(f"{where}: the header says {target.arch} ISA {target.ptx_isa}, "
+                         f"the PTX inside says {inner.arch} ISA {inner.ptx_isa}")
+    return target._replace(checked=True)
+
+
+def _decompress(method: str | None, payload: bytes, size: int, where: str) -> bytes | None:
+    if method is None:
+        return payload.rstrip(b"\0")
+    try:
+        if method == "zstd":
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=max(size, 1))
+        import lz4.block
+
+        return lz4.block.decompress(payload, uncompressed_size=size)
+    except ImportError:
+        return None
+    except Exception as exc:  # corrupt payload: the library's own error types vary
+        raise AuditError(f"{where}: cannot decompress the {method} payload ({exc})") from None
 
 
 def embedded_fatbins(data: bytes, where: str) -> list[Target]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from . import probes
+from . import cuda_probe, probes
 
 #: fact name -> the probe group that produces it (one probe call fills a group).
 _GROUPS: dict[str, Callable[[Facts], Mapping[str, str | None]]] = {}
@@ -24,6 +24,7 @@ _register(("compiler.cxx",), lambda f: {"compiler.cxx": probes.compiler("CXX", "
 _register(probes.TORCH_FACTS, lambda f: probes.torch())
 _register(probes.TRITON_FACTS, lambda f: probes.triton())
 _register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
+_register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe())
 
 #: every fact name with a probe, in a stable order.
 FACT_NAMES: tuple[str, ...] = tuple(_GROUPS)
