@@ -39,8 +39,19 @@ def test_the_in_process_memo_returns_the_same_artifact(cache: Cache) -> None:
         (out / "f").write_text("x")
 
     first = cache.get_or_build("t", "x", INPUTS, build)
-    assert cache.get_or_build("t", "x", INPUTS, build) is first
+    second = cache.get_or_build("t", "x", INPUTS, build)
+    assert not first.hit and second.hit and second._replace(hit=False) == first
+    assert cache.get_or_build("t", "x", INPUTS, build) is second  # no work at all the third time
     assert calls == [1]
+
+
+def test_a_builder_may_declare_what_it_learned(cache: Cache) -> None:
+    def build(out: Path) -> list[str]:
+        (out / "f").write_text("x")
+        return ["platform.machine in " + __import__("os").uname().machine]
+
+    art = cache.get_or_build("t", "learned", INPUTS, build)
+    assert art.manifest.declared.to_list() == ["platform.machine in " + __import__("os").uname().machine]
 
 
 def _auditor(requirement: str):

@@ -23,6 +23,10 @@ from .store.manifest import variant_id
 if TYPE_CHECKING:
     from .explain import Explanation
 
+# build(out_dir) writes the artifact's files; it may return requirements it
+# learned while building (e.g. the torch version a stable op resolved to) as a
+# Requirements or a list/tuple of requirement strings. Any other return value
+# (a lambda's write_text() count, say) is ignored.
 Builder = Callable[[Path], Any]
 # (stage, files, declared, facts) -> (detected requirements, audit summary)
 Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
@@ -201,7 +205,7 @@ class Cache:
                 found = self._find(kind, key, verify)  # another process may have built it
                 if found is None:
                     found = self._build(kind, name, key, described, build, declared)
-        self._memo[memo_key] = found
+        self._memo[memo_key] = found._replace(hit=True)  # later calls in this process find it
         return found
 
     def _build(
@@ -215,8 +219,10 @@ class Cache:
     ) -> Artifact:
         with self.store.stage() as stage:
             start = time.perf_counter()
-            build(stage)
+            learned = build(stage)
             seconds = time.perf_counter() - start
+            if isinstance(learned, (Requirements, list, tuple)) and learned:
+                declared = declared | Requirements.of(learned)
             paths = self.store.collect(stage)
             detected, summary = self.audit(stage, paths, declared, self.facts)
             reqs = declared | detected

@@ -64,10 +64,12 @@ def compiler_command(lang: str) -> list[str]:
     return (os.environ.get(variable) or default).split()
 
 
-def run_compiler(argv: list[str], cwd: Path, what: str) -> None:
+def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False) -> None:
     """Run one compiler command; on failure, BuildError with its output."""
     import subprocess
 
+    if verbose:
+        print("abicache: " + " ".join(argv), file=sys.stderr, flush=True)
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
     except FileNotFoundError:
@@ -83,8 +85,21 @@ def run_compiler(argv: list[str], cwd: Path, what: str) -> None:
         )
 
 
-def _compile(argv_head: list[str], named: dict[str, str], out: Path, argv_tail: list[str], what: str) -> None:
-    """Write sources into a scratch dir, compile and link straight into `out`."""
+def _compile(
+    argv_head: list[str],
+    named: dict[str, str],
+    out: Path,
+    argv_tail: list[str],
+    what: str,
+    *,
+    verbose: bool = False,
+    objects: Callable[[Path], list[str]] | None = None,
+) -> None:
+    """Write sources into a scratch dir, compile and link straight into `out`.
+
+    objects(scratch) may first build object files there (e.g. nvcc for .cu
+    sources); they are linked in.
+    """
     import tempfile
 
     from . import progress
@@ -95,8 +110,9 @@ def _compile(argv_head: list[str], named: dict[str, str], out: Path, argv_tail: 
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(code)
         compiled = [n for n in sorted(named) if n.endswith(_COMPILED)]
-        with progress.step(f"compiling {what} ({', '.join(compiled)})"):
-            run_compiler(argv_head + compiled + ["-o", str(out)] + argv_tail, work, what)
+        with progress.step(f"compiling {what} ({', '.join(sorted(named))})"):
+            extra = objects(work) if objects is not None else []
+            run_compiler(argv_head + compiled + extra + ["-o", str(out)] + argv_tail, work, what, verbose)
 
 
 def library_filename(name: str) -> str:

@@ -141,8 +141,13 @@ def _compiler_identity(path: Path) -> str:
     return f"{version} target={target}" if version else text.strip().splitlines()[0]
 
 
+def nvcc_path() -> Path | None:
+    """nvcc on PATH, else under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda."""
+    return toolid.which("nvcc") or _cuda_home_tool("nvcc")
+
+
 def nvcc(memo_dir: Path | None) -> str | None:
-    path = toolid.which("nvcc") or _cuda_home_tool("nvcc")
+    path = nvcc_path()
     if path is None:
         return None
     return toolid.memoized(path, "nvcc --version", _nvcc_identity, memo_dir)

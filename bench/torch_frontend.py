@@ -1,0 +1,99 @@
+"""abicache.torch against torch.utils.cpp_extension.load_inline, same sources, same run.
+
+Cold build, warm hit in-process, and time to the first call in a fresh
+process (with `import torch`, which both need), plus a stable-ABI op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SRC = "int64_t add(int64_t a, int64_t b) { return a + b; }"
+STABLE = r"""
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/csrc/stable/ops.h>
+using torch::stable::Tensor;
+Tensor my_fill(Tensor t, double v) { Tensor o = torch::stable::empty_like(t); torch::stable::fill_(o, v); return o; }
+STABLE_TORCH_LIBRARY(bench_stable, m) { m.def("my_fill(Tensor t, float v) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(bench_stable, CPU, m) { m.impl("my_fill", TORCH_BOX(&my_fill)); }
+"""
+CALLS = {
+    "abicache": f"import abicache.torch as at\nload = lambda: at.load_inline('bench_ext', [{SRC!r}], functions=['add'])",
+    "torch": "from torch.utils.cpp_extension import load_inline\n"
+             f"load = lambda: load_inline('bench_ext', cpp_sources=[{SRC!r}], functions=['add'])",
+}
+
+
+def run(code: str, env: dict[str, str]) -> dict[str, float]:
+    base = dict(os.environ)
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         env={**base, **env}, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(which: str, env: dict[str, str], runs: int) -> dict[str, float]:
+    prelude = "import json, time, timeit\nstart = time.perf_counter()\nimport torch\nafter_import = time.perf_counter()\n"
+    res = run(prelude + CALLS[which] + """
+m = load(); assert m.add(2, 3) == 5
+print(json.dumps({"cold_s": time.perf_counter() - after_import}))""", env)
+    hit = [run(prelude + CALLS[which] + """
+m = load(); assert m.add(2, 3) == 5
+t = time.perf_counter()
+print(json.dumps({"first_call_s": t - start, "after_import_s": t - after_import}))""", env) for _ in range(runs)]
+    res["first_call_s"] = statistics.median(h["first_call_s"] for h in hit)
+    res["after_import_s"] = statistics.median(h["after_import_s"] for h in hit)
+    res["repeat_us"] = 1e6 * run(prelude + CALLS[which] + """
+load(); n = 200
+print(json.dumps({"s": min(timeit.repeat(load, number=n, repeat=3)) / n}))""", env)["s"]
+    return res
+
+
+def stable_cold(env: dict[str, str]) -> float:
+    return run(f"""
+import json, time, torch, abicache.torch as at
+t = time.perf_counter(); at.load_inline('bench_stable', [{STABLE!r}], stable=True)
+print(json.dumps({{"s": time.perf_counter() - t}}))""", env)["s"]
+
+
+def main() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    work = Path(tempfile.mkdtemp(prefix="abicache-torch-bench-"))
+    env = {"ABICACHE_DIR": str(work / "abicache"), "TORCH_EXTENSIONS_DIR": str(work / "torch_ext"),
+           "ABICACHE_PROGRESS": "0"}
+    ours, theirs = measure("abicache", env, 5), measure("torch", env, 5)
+    stable = stable_cold(env)
+    table = Table(title="abicache.torch vs torch.utils.cpp_extension.load_inline (pybind module, same source)",
+                  title_justify="left")
+    for col in ("measure", "abicache", "cpp_extension", "cpp_extension / abicache"):
+        table.add_column(col, justify="left" if col == "measure" else "right")
+    rows = [("cold build (after import torch)", "cold_s", 1e3, "ms"),
+            ("first call, fresh process (incl. import torch)", "first_call_s", 1e3, "ms"),
+            ("  of which: load after import torch", "after_import_s", 1e3, "ms"),
+            ("warm hit, repeated in-process", "repeat_us", 1, "us")]
+    for label, key, scale, unit in rows:
+        a, b = ours[key] * scale, theirs[key] * scale
+        table.add_row(label, f"{a:,.2f} {unit}", f"{b:,.2f} {unit}", f"{b / a:,.1f}x")
+    table.add_row("stable-ABI op, cold build (abicache only)", f"{stable * 1e3:,.0f} ms", "", "")
+    Console(width=200).print(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "torch.json").write_text(json.dumps({"abicache": ours, "cpp_extension": theirs,
+                                                    "stable_cold_s": stable}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
