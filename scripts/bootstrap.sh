@@ -30,6 +30,15 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -
   echo "bootstrap: no nvcc found; installing PyPI's nvidia-cuda-nvcc (CUDA 13)"
   pip_install 'nvidia-cuda-nvcc'
 fi
-pip_install 'nvidia-cuda-cuobjdump'   # cross-checks the CUDA parser in the tests
+# cross-checks the CUDA parser; NVRTC and runtimes of CUDA 12 and 13 for the loader,
+# compile and stub tests (the CUDA 11 headers are downloaded by the tests themselves:
+# its wheel would overwrite cu12's folder)
+pip_install 'nvidia-cuda-cuobjdump' 'nvidia-cuda-nvrtc' 'nvidia-cuda-nvrtc-cu12' \
+  'nvidia-cuda-runtime' 'nvidia-cuda-runtime-cu12'
+if "$PY" -m pip show -q nvidia-cuda-runtime-cu11 >/dev/null 2>&1; then
+  echo "bootstrap: nvidia-cuda-runtime-cu11 shares cu12's folder; removing it and restoring cu12" >&2
+  "$PY" -m pip uninstall -y -q nvidia-cuda-runtime-cu11
+  pip_install --force-reinstall --no-deps 'nvidia-cuda-runtime-cu12'
+fi
 
 echo "bootstrap: ready ($("$PY" -m abicache --version), $("$PY" --version))"

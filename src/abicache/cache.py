@@ -111,6 +111,16 @@ class Cache:
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
 
+    def for_target(self, overrides: Mapping[str, str | None]) -> Cache:
+        """The same store, with requirements judged for another environment:
+        a cross build (a cubin for sm_90 compiled on a machine without that GPU)."""
+        import copy
+
+        view = copy.copy(self)
+        view.facts = self.facts.with_overrides(overrides)
+        view._memo = {}  # memo entries were judged under other facts
+        return view
+
     # ---- keys and lookup -------------------------------------------------
 
     def key_for(self, kind: str, name: str, inputs: keys.Inputs) -> tuple[str, dict[str, Any]]:

@@ -110,7 +110,7 @@ def _compile(
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(code)
         compiled = [n for n in sorted(named) if n.endswith(_COMPILED)]
-        with progress.step(f"compiling {what} ({', '.join(sorted(named))})"):
+        with progress.step(f"compiling {what} ({', '.join(sorted(named))})", force=verbose):
             extra = objects(work) if objects is not None else []
             run_compiler(argv_head + compiled + extra + ["-o", str(out)] + argv_tail, work, what, verbose)
 

@@ -28,9 +28,9 @@ def note(message: str) -> None:
 
 
 @contextmanager
-def step(message: str) -> Iterator[None]:
+def step(message: str, *, force: bool = False) -> Iterator[None]:
     """'abicache: building x ...' then 'done in 1.2 s' (or 'failed')."""
-    show = enabled()
+    show = force or enabled()
     if show:
         print(f"abicache: {message} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()

@@ -134,3 +134,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                        "compiled against: abicache cannot prove them safe. Rebuild them through "
                        "abicache.torch to have the build recorded.")
     return 1 if bad else 0
+
+
+def cmd_stub(args: argparse.Namespace) -> int:
+    from ..cuda import stubs
+
+    functions = [f.strip() for f in args.functions.split(",") if f.strip()]
+    majors = [int(m) for m in args.majors.split(",")] if args.majors else None
+    stub = stubs.plan(args.library, functions, api_major=args.api_major, guard=args.guard, majors=majors)
+    path = stubs.build(args.library, functions, args.out, api_major=stub.api_major, guard=args.guard,
+                       soname=args.soname, majors=majors)
+    doc = {"library": args.library, "path": str(path), "api_major": stub.api_major,
+           "loads": list(stub.majors), "functions": {f.name: list(f.majors) for f in stub.functions},
+           "notes": list(stub.notes)}
+    if args.json:
+        render.emit_json(doc)
+        return 0
+    render.say(f"built {path} (API of CUDA {stub.api_major}; loads majors {', '.join(map(str, stub.majors))})")
+    render.table("functions", ["function", "called on majors"],
+                 [(f.name, ", ".join(map(str, f.majors))) for f in stub.functions])
+    for note in stub.notes:
+        render.say(f"  guarded: {note}")
+    return 0

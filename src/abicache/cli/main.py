@@ -59,12 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
     sub.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
+    p = sub.add_parser("stub", parents=[common], help="generate a lazy-loading CUDA stub library")
+    p.add_argument("library", choices=["cudart", "nvrtc", "cuda"])
+    p.add_argument("--functions", required=True, help="comma-separated API functions")
+    p.add_argument("--out", required=True, type=Path, help="folder for the .c, .map and .so")
+    p.add_argument("--api-major", type=int, help="headers the callers compile against (default: newest)")
+    p.add_argument("--majors", help="CUDA majors the stub may load, e.g. 12,13 (default: all with headers)")
+    p.add_argument("--guard", action="store_true",
+                   help="allow functions whose signature differs: call them only on matching majors")
+    p.add_argument("--soname", help="the stub's soname (default libabicache_<library>_stub.so)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = audit_cmds if args.command in ("audit", "doctor") else commands
+    module = audit_cmds if args.command in ("audit", "doctor", "stub") else commands
     handler = getattr(module, f"cmd_{args.command}")
     try:
         return int(handler(args) or EXIT_OK)

@@ -1,0 +1,128 @@
+"""compile(): CUDA source to cubin, PTX or fatbin, with nvcc or NVRTC, through the cache.
+
+The key holds the source, the arch(s), the output kind, the options and the
+compiler's identity (the nvcc version string, or the NVRTC version). The
+requirements come from the audit of what was produced (GPU targets; PTX ISA ->
+minimum driver), checked against the *target*: compiling for sm_90 on a
+machine without that GPU is the point of a build farm, so lookups judge the
+artifact for the device and toolkit it was compiled for.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+from ..archs import parse_target
+from ..cache import Artifact, Cache, default_cache
+from ..errors import AbicacheError, BuildError
+from ..key import Inputs
+
+OUTPUTS = {"cubin": ".cubin", "ptx": ".ptx", "fatbin": ".fatbin"}
+
+
+class Compiled(NamedTuple):
+    data: bytes
+    path: Path
+    artifact: Artifact
+
+
+def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", compiler: str = "nvcc",
+            options: Sequence[str] = (), name: str | None = None, cache: Cache | None = None,
+            nvrtc_major: int | None = None) -> Compiled:
+    """Compile CUDA C++ source; returns the bytes and the cached file."""
+    if output not in OUTPUTS:
+        raise AbicacheError(f"output={output!r}: use one of {', '.join(OUTPUTS)}")
+    archs = [arch] if isinstance(arch, str) else list(arch)
+    for a in archs:
+        try:
+            parse_target(a)  # a clear error for a bad arch, before anything runs
+        except ValueError as exc:
+            raise AbicacheError(f"arch: {exc}") from None
+    if output != "fatbin" and len(archs) != 1:
+        raise AbicacheError(f"output={output!r} takes one arch; use output='fatbin' for several")
+    name = name or _kernel_name(source)
+    cache = cache or default_cache()
+    if compiler == "nvcc":
+        identity, build = _nvcc_plan(source, archs, output, options, name)
+    elif compiler == "nvrtc":
+        if output == "fatbin":
+            raise AbicacheError("NVRTC produces cubin or PTX, not fatbins; use compiler='nvcc'")
+        identity, build = _nvrtc_plan(source, archs[0], output, options, name, nvrtc_major,
+                                      cache.store.layout.tools)
+    else:
+        raise AbicacheError(f"compiler={compiler!r}: use 'nvcc' or 'nvrtc'")
+    inputs = Inputs.make({f"{name}.cu": source}, flags=list(options),
+                         extra={"arch": ",".join(archs), "output": output, "compiler": identity})
+    target = _target_cache(cache, archs, identity)
+    art = target.get_or_build(f"cuda.{output}", name, inputs, build)
+    path = art.file()
+    return Compiled(path.read_bytes(), path, art)
+
+
+def _kernel_name(source: str) -> str:
+    match = re.search(r"__global__\s+void\s+(\w+)", source)
+    return match.group(1) if match else "kernel"
+
+
+def _target_cache(cache: Cache, archs: list[str], identity: str) -> Cache:
+    """The same store, judged for the device and toolkit the code was compiled for."""
+    devices = sorted({f"sm_{t.major}{t.minor}" for t in map(parse_target, archs)})
+    toolkit = re.search(r"(\d+)\.(\d+)", identity.split("release")[-1])
+    overrides = {"gpu.arch": devices[0] if len(devices) == 1 else ",".join(devices)}
+    if toolkit and not cache.facts.get("cuda.driver"):
+        overrides["cuda.driver"] = f"{toolkit.group(1)}.{toolkit.group(2)}"
+    return cache.for_target(overrides)
+
+
+def _nvcc_plan(source: str, archs: list[str], output: str, options: Sequence[str], name: str):
+    from ..env import probes
+
+    nvcc = probes.nvcc_path()
+    if nvcc is None:
+        raise AbicacheError("nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); install the "
+                            "CUDA toolkit or use compiler='nvrtc'")
+    identity = probes.nvcc(None) or "nvcc"
+    filename = name + OUTPUTS[output]
+    if output == "fatbin":
+        arch_flags = [f"-gencode=arch={_virtual(a)},code={a}" for a in archs]
+    else:
+        arch_flags = [f"-arch={archs[0]}"]
+
+    def build(out: Path) -> None:
+        from ..cc import run_compiler
+
+        src = out.parent / f"{out.name}-{name}.cu"
+        src.write_text(source)
+        try:
+            run_compiler([str(nvcc), f"-{output}", *arch_flags, *options, str(src), "-o", str(out / filename)],
+                         out.parent, f"CUDA {output} {name}")
+        finally:
+            src.unlink(missing_ok=True)
+
+    return identity, build
+
+
+def _virtual(arch: str) -> str:
+    return arch if arch.startswith("compute_") else arch.replace("sm_", "compute_")
+
+
+def _nvrtc_plan(source: str, arch: str, output: str, options: Sequence[str], name: str, major: int | None,
+                memo_dir: Path):
+    from . import nvrtc
+
+    identity = nvrtc.identity(major, memo_dir)
+    target = arch if output == "cubin" else _virtual(arch)
+    if output == "cubin" and not arch.startswith("sm_"):
+        raise AbicacheError(f"a cubin needs a real arch like sm_90, not {arch!r}")
+    opts = [f"--gpu-architecture={target}", *options]
+    filename = name + OUTPUTS[output]
+
+    def build(out: Path) -> None:
+        data = nvrtc.compile_source(nvrtc.library(major), source, name, opts, output)
+        if not data:
+            raise BuildError(f"NVRTC returned no {output} for {name}")
+        (out / filename).write_bytes(data)
+
+    return identity, build
