@@ -8,13 +8,13 @@ fresh process so the imports (pyelftools, abi3info) are counted once.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+from common import run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -44,12 +44,9 @@ def time_audit(path: Path, runs: int) -> tuple[float, float]:
             t = time.perf_counter(); audit_file({str(path)!r}); warm.append(time.perf_counter() - t)
         print(json.dumps([cold, min(warm), len(first.findings)]))
     """)
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     colds, warms = [], []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-        cold, warm, _ = json.loads(out.stdout)
+        cold, warm, _ = run_json(code, {})
         colds.append(cold)
         warms.append(warm)
     return statistics.median(colds), statistics.median(warms)

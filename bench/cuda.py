@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
+
+from common import run_json as run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -17,14 +15,6 @@ KERNEL = ('extern "C" __global__ void scale(float* x, float a, int n) '
           "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }")
 
 
-def run(code: str, env: dict[str, str]) -> dict[str, float]:
-    base = dict(os.environ)
-    base.pop("PYTHONDONTWRITEBYTECODE", None)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env={**base, **env}, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

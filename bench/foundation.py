@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
+
+from common import base_env, run_last_line as py
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -27,19 +27,8 @@ TVM_SRC = "int64_t add(int64_t a, int64_t b) { return a + b; }"
 TORCH_SRC = "#include <torch/extension.h>\nint64_t add(int64_t a, int64_t b) { return a + b; }"
 
 
-def _base_env() -> dict[str, str]:
-    # Measure what users get: bytecode caching on (some shells turn it off).
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
 
 
-def py(code: str, env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env={**_base_env(), **env}, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    return out.stdout.strip().splitlines()[-1]
 
 
 def median_of(n: int, code: str, env: dict[str, str]) -> float:
@@ -181,7 +170,7 @@ def main() -> None:
     parser.add_argument("--skip-torch", action="store_true", help="skip torch (its cold build takes ~25 s)")
     args = parser.parse_args()
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=True,
-                   stdout=subprocess.DEVNULL, env=_base_env())
+                   stdout=subprocess.DEVNULL, env=base_env())
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-"))
     try:
         ours = bench_abicache(work, args.runs)

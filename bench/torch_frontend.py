@@ -7,13 +7,11 @@ process (with `import torch`, which both need), plus a stable-ABI op.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
+
+from common import run_json as run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -34,14 +32,6 @@ CALLS = {
 }
 
 
-def run(code: str, env: dict[str, str]) -> dict[str, float]:
-    base = dict(os.environ)
-    base.pop("PYTHONDONTWRITEBYTECODE", None)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env={**base, **env}, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def measure(which: str, env: dict[str, str], runs: int) -> dict[str, float]:

@@ -11,7 +11,7 @@ from abicache.audit import AuditError, audit_file
 from abicache.env import Facts
 from abicache.errors import BuildError
 from corpus import (CXX_STRING, PLAIN_C, PY_FULL, PY_LIMITED, PY_TOO_NEW, STALE_TORCH, TARGET_2_10,
-                    TORCH_CLASSIC, TORCH_FAKE_STABLE, TORCH_STABLE, find_tool, gxx, need_tool, nvcc,
+                    TORCH_CLASSIC, TORCH_FAKE_STABLE, TORCH_STABLE, find_tool, gxx, nvcc,
                     torch_op, torch_root)
 
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from abicache import Cache, cc
 from abicache.cli import main

@@ -16,7 +16,7 @@ import pytest
 from abicache import Cache
 from abicache.env import Facts
 from abicache.errors import AbicacheError, BuildError
-from conftest import SRC, run_py
+from conftest import SRC
 from corpus import TORCH_STABLE, torch_root
 
 pytestmark = pytest.mark.usefixtures("_torch")

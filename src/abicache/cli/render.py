@@ -14,7 +14,6 @@ def emit_json(doc: Any) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", header_style="bold")
