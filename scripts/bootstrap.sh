@@ -33,6 +33,9 @@ fi
 # cross-checks the CUDA parser; NVRTC and runtimes of CUDA 12 and 13 for the loader,
 # compile and stub tests (the CUDA 11 headers are downloaded by the tests themselves:
 # its wheel would overwrite cu12's folder)
+# Triton (pinned: the tests compare a 3.12 venv's compile with this one's)
+"$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is None)" \
+  || pip_install 'triton==3.9.0'
 pip_install 'nvidia-cuda-cuobjdump' 'nvidia-cuda-nvrtc' 'nvidia-cuda-nvrtc-cu12' \
   'nvidia-cuda-runtime' 'nvidia-cuda-runtime-cu12'
 if "$PY" -m pip show -q nvidia-cuda-runtime-cu11 >/dev/null 2>&1; then

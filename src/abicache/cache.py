@@ -106,10 +106,27 @@ class Cache:
             config.seconds("ABICACHE_LOCK_TIMEOUT") if lock_timeout is None else lock_timeout
         )
         self.audit = audit or self._default_audit
+        self.key_pins: frozenset[str] = frozenset()
         self._memo: dict[tuple[Any, ...], Artifact] = {}
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
+
+    def pinned_by_key(self, names: Iterable[str]) -> Cache:
+        """The same store, trusting the key for these requirement names: a frontend
+        whose key already encodes them (Triton's key includes the target arch)
+        does not have them checked against this machine."""
+        import copy
+
+        view = copy.copy(self)
+        view.key_pins = self.key_pins | frozenset(names)
+        view._memo = {}
+        return view
+
+    def _checked(self, requirements: Requirements) -> Requirements:
+        if not self.key_pins:
+            return requirements
+        return Requirements(tuple(r for r in requirements if r.name not in self.key_pins))
 
     def for_target(self, overrides: Mapping[str, str | None]) -> Cache:
         """The same store, with requirements judged for another environment:
@@ -144,7 +161,7 @@ class Cache:
             except (ManifestError, OSError) as exc:
                 self._reject(vdir, f"unreadable manifest: {exc}")
                 continue
-            if manifest.requirements.satisfied_by(self.facts):
+            if self._checked(manifest.requirements).satisfied_by(self.facts):
                 usable.append((vdir, manifest))
         # The most specific variant first (like packaging.tags), then the newest.
         usable.sort(key=lambda vm: (len(vm[1].requirements), vm[1].created), reverse=True)
@@ -236,7 +253,7 @@ class Cache:
             paths = self.store.collect(stage)
             detected, summary = self.audit(stage, paths, declared, self.facts)
             reqs = declared | detected
-            unmet = reqs.unmet(self.facts)
+            unmet = self._checked(reqs).unmet(self.facts)
             if unmet:
                 raise BuildError(
                     f"{kind} {name!r} was built, but cannot be loaded here: "

@@ -1,0 +1,155 @@
+"""abicache.triton with real Triton compiles for an sm_90 target (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache
+from conftest import ROOT, SRC
+
+KERNEL = Path(__file__).with_name("triton_kernel.py")
+VENVS = Path(os.environ.get("ABICACHE_TEST_VENVS", Path.home() / ".cache" / "abicache-test-venvs"))
+
+
+def has_triton(python: str) -> bool:
+    return subprocess.run([python, "-c", "import triton.compiler"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def py311() -> str:
+    if not has_triton(sys.executable):
+        pytest.skip("triton is not installed for this interpreter (pip install triton)")
+    return sys.executable
+
+
+@pytest.fixture(scope="module")
+def py312() -> str:
+    """A venv of pyenv's 3.12 with Triton and abicache, made once and reused."""
+    base = Path.home() / ".pyenv" / "versions"
+    found = sorted(base.glob("3.12.*/bin/python3")) if base.is_dir() else []
+    if not found:
+        pytest.skip("no Python 3.12 under pyenv")
+    venv = VENVS / "py312-triton"
+    python = venv / "bin" / "python"
+    if not (python.exists() and has_triton(str(python))):
+        shutil.rmtree(venv, ignore_errors=True)
+        made = subprocess.run([str(found[-1]), "-m", "venv", str(venv)], capture_output=True, text=True)
+        version = subprocess.run([sys.executable, "-c", "from importlib.metadata import version; print(version('triton'))"],
+                                 capture_output=True, text=True).stdout.strip() or "3.9.0"
+        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e", str(ROOT)],
+                                   capture_output=True, text=True) if made.returncode == 0 else made
+        if installed.returncode != 0:
+            pytest.skip(f"cannot make a 3.12 venv with triton: {installed.stderr[-400:]}")
+    return str(python)
+
+
+def compile_with(python: str, root: Path, **env: str) -> dict:
+    full = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(root),
+            "TRITON_CACHE_DIR": str(root.parent / "triton-default"), **env}
+    out = subprocess.run([python, str(KERNEL)], capture_output=True, text=True, env=full, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def entries(root: Path) -> list:
+    return list(Cache(root).store.iter_variant_dirs())
+
+
+def test_one_compile_serves_python_311_and_312(py311: str, py312: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    first = compile_with(py311, root)
+    second = compile_with(py312, root)
+    assert (first["py"], second["py"]) == ("3.11", "3.12")
+    assert first["cubin_sha"] == second["cubin_sha"]
+    assert len(entries(root)) == 1  # the second interpreter hit
+    cubins = [p for p in (root / "v1" / "blobs").rglob("*") if p.is_file() and
+              __import__("hashlib").sha256(p.read_bytes()).hexdigest() == first["cubin_sha"]]
+    assert len(cubins) == 1
+    assert first["libtriton_opened"] == [] and second["libtriton_opened"] == []
+
+
+def test_the_requirements_come_from_the_audit_and_none_is_on_python(py311: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    compile_with(py311, root)
+    manifest = Cache(root).store.read_manifest(entries(root)[0])
+    reqs = manifest.requirements.to_list()
+    assert any(r.startswith("gpu.arch ~= ") and "sm_90" in r for r in reqs)
+    assert not any(r.startswith("python.") for r in reqs)
+
+
+def test_a_moved_cache_keeps_hitting(py311: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    compile_with(py311, root)
+    moved = tmp_path / "elsewhere" / "store"
+    moved.parent.mkdir()
+    root.rename(moved)
+    again = compile_with(py311, moved)
+    assert again["compile_s"] < 5 and len(entries(moved)) == 1
+
+
+@pytest.mark.parametrize("change", [{"BLOCK": "256"}, {"BODY": "alt"}, {"WARPS": "8"}, {"ARCH": "80"},
+                                    {"TRITON_DEFAULT_FP_FUSION": "0"}],
+                         ids=["constexpr", "source", "num_warps", "arch", "env-var"])
+def test_what_changes_the_output_is_a_miss(py311: str, tmp_path: Path, change: dict) -> None:
+    root = tmp_path / "store"
+    compile_with(py311, root)
+    compile_with(py311, root, **change)
+    assert len(entries(root)) == 2
+
+
+def test_sigkill_during_compile_and_put(py311: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    killed = 0
+    for i, delay in enumerate((0.25, 0.35, 0.45, 0.55, 0.7)):  # across import, compile and publish
+        root = tmp_path / f"store{i}"
+        proc = subprocess.Popen([py311, str(KERNEL)], env={**env, "ABICACHE_DIR": str(root)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        killed += proc.wait() == -signal.SIGKILL
+        cache = Cache(root)
+        for vdir in entries(root):  # whatever is visible is whole
+            assert cache.store.full_problem(vdir, cache.store.read_manifest(vdir)) is None
+        result = compile_with(py311, root)
+        assert result["cubin_sha"] and len(entries(root)) == 1
+    assert killed >= 3
+
+
+def test_unknown_cache_interface_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, py311: str) -> None:
+    import triton.runtime.cache as cache_mod
+
+    import abicache.triton as at
+    from abicache.errors import AbicacheError
+
+    class Old:  # a Triton without get_group/put_group
+        def get_file(self): ...
+        def put(self): ...
+
+    monkeypatch.setattr(cache_mod, "CacheManager", Old)
+    with pytest.raises(AbicacheError, match="lacks get_file/put/get_group/put_group"):
+        at.install()
+
+
+def test_codegen_key_is_memoized_and_leaves_out_libtriton(py311: str, tmp_path: Path) -> None:
+    import abicache.triton as at
+
+    at._memo.clear()
+    start = time.perf_counter()
+    key = at.codegen_key(tmp_path)
+    first = time.perf_counter() - start
+    at._memo.clear()
+    start = time.perf_counter()
+    assert at.codegen_key(tmp_path) == key
+    assert time.perf_counter() - start < max(first, 0.05)
+    import triton
+
+    assert key.startswith(triton.__version__)

@@ -1,0 +1,43 @@
+"""Compile one Triton kernel through abicache; run as a script in any interpreter.
+
+Environment: BLOCK (constexpr), ARCH (target), WARPS (num_warps), BODY=alt (another source),
+DEFAULT_CACHE=1 (Triton's own cache, for the benchmark).
+"""
+import json, os, sys, time
+t0 = time.perf_counter()
+opened = []
+sys.addaudithook(lambda ev, args: opened.append(str(args[0])) if ev == "open" and "libtriton" in str(args[0]) else None)
+import triton, triton.language as tl
+t_import = time.perf_counter()
+if os.environ.get("DEFAULT_CACHE") != "1":
+    import abicache.triton
+    abicache.triton.install()
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def add_kernel_alt(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+block = int(os.environ.get("BLOCK", "128"))
+fn = add_kernel_alt if os.environ.get("BODY") == "alt" else add_kernel
+src = ASTSource(fn=fn, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, constexprs={"BLOCK": block})
+t1 = time.perf_counter()
+options = {"num_warps": int(os.environ["WARPS"])} if os.environ.get("WARPS") else None
+k = triton.compile(src, target=GPUTarget("cuda", int(os.environ.get("ARCH", "90")), 32), options=options)
+t2 = time.perf_counter()
+import hashlib
+print(json.dumps({"py": sys.version[:4], "cubin_sha": hashlib.sha256(k.asm["cubin"]).hexdigest(),
+                  "compile_s": t2 - t1, "total_s": t2 - t0, "hit_path_s": t2 - t_import,
+                  "libtriton_opened": opened}))
