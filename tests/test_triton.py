@@ -109,7 +109,7 @@ def test_what_changes_the_output_is_a_miss(py311: str, tmp_path: Path, change: d
 def test_sigkill_during_compile_and_put(py311: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     killed = 0
-    for i, delay in enumerate((0.25, 0.35, 0.45, 0.55, 0.7)):  # across import, compile and publish
+    for i, delay in enumerate((0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6)):  # import, compile, publish
         root = tmp_path / f"store{i}"
         proc = subprocess.Popen([py311, str(KERNEL)], env={**env, "ABICACHE_DIR": str(root)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -121,7 +121,7 @@ def test_sigkill_during_compile_and_put(py311: str, tmp_path: Path) -> None:
             assert cache.store.full_problem(vdir, cache.store.read_manifest(vdir)) is None
         result = compile_with(py311, root)
         assert result["cubin_sha"] and len(entries(root)) == 1
-    assert killed >= 3
+    assert killed >= 4
 
 
 def test_unknown_cache_interface_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, py311: str) -> None:
