@@ -223,6 +223,29 @@ def test_nvcc_outputs_through_the_same_api(tmp_path: Path) -> None:
     assert not cuda.compile(KERNEL, arch="sm_90", cache=Cache(tmp_path)).artifact.hit  # arch is in the key
 
 
+NVCC_HIT = """
+import json, os, subprocess, sys
+from abicache import Cache, cuda
+def refuse(*a, **k):
+    raise AssertionError("a cache hit must not spawn a process")
+subprocess.Popen.__init__ = refuse
+os.posix_spawn = os.posix_spawnp = os.fork = refuse
+c = cuda.compile(KERNEL, arch="sm_90a", cache=Cache(sys.argv[1]))
+print(json.dumps({"hit": c.artifact.hit}))
+""".replace("KERNEL", repr(KERNEL))
+
+
+def test_an_nvcc_hit_in_a_fresh_process_spawns_nothing(tmp_path: Path) -> None:
+    if find_tool("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    from abicache import Cache, cuda
+
+    cuda.compile(KERNEL, arch="sm_90a", cache=Cache(tmp_path))
+    out = sh([sys.executable, "-c", NVCC_HIT, str(tmp_path)], env={"PYTHONPATH": str(SRC)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == {"hit": True}
+
+
 def test_bad_compile_arguments() -> None:
     from abicache import cuda
     from abicache.errors import AbicacheError

@@ -128,6 +128,7 @@ def test_cuda_sources_need_a_cuda_torch_and_enter_key_and_requirements(tmp_path:
     assert "cuda.nvcc" in plan.inputs.tools and "torch.build" in plan.inputs.tools
     assert "torch.flavor in cuda" in plan.requires
     assert "-ltorch_cuda" in plan.inputs.flags
+    assert not any(f.startswith(("-L", "-I/", "/")) for f in plan.inputs.flags)  # no path in the key
     described = plan.inputs.describe(cuda_torch)
     assert described["tools"]["cuda.nvcc"].startswith("Cuda compilation tools")
     newer_nvcc = cuda_torch.with_overrides({"cuda.nvcc": "Cuda compilation tools, release 13.1"})

@@ -116,12 +116,7 @@ class Cache:
         """The same store, trusting the key for these requirement names: a frontend
         whose key already encodes them (Triton's key includes the target arch)
         does not have them checked against this machine."""
-        import copy
-
-        view = copy.copy(self)
-        view.key_pins = self.key_pins | frozenset(names)
-        view._memo = {}
-        return view
+        return self._view(key_pins=self.key_pins | frozenset(names))
 
     def _checked(self, requirements: Requirements) -> Requirements:
         if not self.key_pins:
@@ -131,11 +126,14 @@ class Cache:
     def for_target(self, overrides: Mapping[str, str | None]) -> Cache:
         """The same store, with requirements judged for another environment:
         a cross build (a cubin for sm_90 compiled on a machine without that GPU)."""
+        return self._view(facts=self.facts.with_overrides(overrides))
+
+    def _view(self, **changes: Any) -> Cache:
         import copy
 
         view = copy.copy(self)
-        view.facts = self.facts.with_overrides(overrides)
-        view._memo = {}  # memo entries were judged under other facts
+        view.__dict__.update(changes)
+        view._memo = {}  # memo entries were judged under other facts or pins
         return view
 
     # ---- keys and lookup -------------------------------------------------

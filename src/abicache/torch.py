@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .cache import Artifact, Cache, default_cache
-from .cc import Plan, _compile, _fingerprint, _load_once, _where, import_extension, run_compiler
+from .cc import (Plan, _compile, _fingerprint, _load_once, _where, compiler_command, import_extension,
+                 run_compiler)
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
@@ -127,9 +128,10 @@ def plan(name: str, sources: Mapping[str, str], *, stable: bool = False, target:
 def _classic_plan(name: str, cpp: dict[str, str], cuda: dict[str, str], torch: TorchInstall,
                   python_module: bool, includes: list[str], cflags: Sequence[str],
                   ldflags: Sequence[str], verbose: bool) -> Plan:
-    facts = torch.facts
     import sysconfig
 
+    facts = torch.facts
+    python_include = ["-isystem", sysconfig.get_paths()["include"]]
     abi = facts.get("torch.cxx11abi")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if abi in ("0", "1") else []
@@ -147,31 +149,24 @@ def _classic_plan(name: str, cpp: dict[str, str], cuda: dict[str, str], torch: T
             raise AbicacheError(f"CUDA sources need a CUDA build of torch; this one is "
                                 f"{facts.get('torch.version')} ({facts.get('torch.flavor')})")
         tools.append("cuda.nvcc")
-        libs += [*_cudart_dir(), "-lc10_cuda", "-ltorch_cuda", "-lcudart"]
+        libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
     suffix = (sysconfig.get_config_var("EXT_SUFFIX") or ".so") if python_module else ".so"
     filename = f"{name}{suffix}" if python_module else f"lib{name}.so"
-    head = ["c++", *flags, *torch.includes, *includes, "-isystem", sysconfig.get_paths()["include"]]
-    tail = [f"-L{torch.lib_dir}", *libs, *ldflags]
-
-    nvcc_args = ["-c", "-Xcompiler", "-fPIC", "-std=c++20", *defines, *torch.includes, *includes,
-                 "-isystem", sysconfig.get_paths()["include"]]
+    args = [*flags, *torch.includes, *includes, *python_include]
+    # Library folders are paths: they go on the command line, not into the key.
+    tail = [f"-L{torch.lib_dir}", *(_cudart_dir() if cuda else []), *libs, *ldflags]
+    nvcc_args = ["-c", "-Xcompiler", "-fPIC", "-std=c++20", *defines, *torch.includes, *includes, *python_include]
 
     def build(out: Path) -> None:
         objects = (lambda work: _nvcc_objects(cuda, nvcc_args, work, name, verbose)) if cuda else None
-        _compile(_cxx(head), {**cpp, **cuda}, out / filename, tail, f"torch extension {name}",
-                 verbose=verbose, objects=objects)
+        _compile(compiler_command("c++") + args, {**cpp, **cuda}, out / filename, tail,
+                 f"torch extension {name}", verbose=verbose, objects=objects)
 
     kind = "torch.pybind" if python_module else "torch.classic"
     inputs = Inputs.make({**cpp, **cuda}, flags=[*flags, *includes, "|", *libs, *ldflags],
                          tools=tools, extra=extra)
     return Plan(kind, name, inputs, build, tuple(declared))
-
-
-def _cxx(head: list[str]) -> list[str]:
-    from .cc import compiler_command
-
-    return compiler_command("c++") + head[1:]
 
 
 def _nvcc_objects(cuda: dict[str, str], args: list[str], work: Path, name: str, verbose: bool) -> list[str]:
@@ -203,7 +198,7 @@ def _stable_plan(name: str, cpp: dict[str, str], torch: TorchInstall, target: st
                  includes: list[str], cflags: Sequence[str], ldflags: Sequence[str], verbose: bool) -> Plan:
     _refuse_unstable_includes(cpp)
     flags = ["-shared", "-fPIC", "-O2", "-std=c++17", *cflags]
-    head = ["c++", *flags, *torch.includes, *includes]
+    args = [*flags, *torch.includes, *includes]
     tail = [f"-L{torch.lib_dir}", "-ltorch_cpu", *ldflags]
     filename = f"lib{name}.so"
     candidates = [target] if target else torch.stable_targets()
@@ -214,7 +209,7 @@ def _stable_plan(name: str, cpp: dict[str, str], torch: TorchInstall, target: st
         failures = []
         for version in candidates:
             try:
-                _compile(_cxx(head) + [target_macro(version)], cpp, out / filename, tail,
+                _compile(compiler_command("c++") + args + [target_macro(version)], cpp, out / filename, tail,
                          f"stable op {name} (target torch {version})", verbose=verbose)
             except BuildError as exc:
                 failures.append(exc)

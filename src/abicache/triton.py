@@ -23,7 +23,7 @@ install() does two things:
    its git hash (`3.9.0+git1234abcd`). What Triton adds after triton_key() —
    the source hash, the backend hash (ptxas version and target), the options
    and the cache-invalidating environment variables — stays as Triton computes
-   it. The result is memoized on disk by the installed files' stat.
+   it. The result is memoized on disk by the stat of the hashed files and ptxas.
 
 2. CacheManager stores each compiled kernel as one abicache entry: all files
    are published together (temp dir + rename) when Triton writes its group
@@ -51,7 +51,6 @@ KIND = "triton"
 GROUP = "__abicache_group__.json"
 _SOURCE_DIRS = ("compiler", "backends", "language")
 _KNOWN_CACHE_API = ("get_file", "put", "get_group", "put_group")
-_memo: dict[str, str] = {}
 
 
 def triton_root() -> Path:
@@ -70,64 +69,34 @@ def _sources(root: Path) -> list[Path]:
     return files
 
 
-def _ptxas_versions(root: Path) -> list[str]:
-    """The bundled ptxas binaries: their size+mtime stand for them in the stat memo,
-    their version text enters the key."""
-    out = []
-    for ptxas in sorted((root / "backends").rglob("ptxas*")):
-        if ptxas.is_file() and os.access(ptxas, os.X_OK):
-            from .env import toolid
-
-            out.append(toolid.memoized(ptxas, "ptxas --version",
-                                       lambda p: toolid.run_tool([str(p), "--version"]).strip(), None) or "")
-    return out
+def _ptxas(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "backends").rglob("ptxas*") if p.is_file() and os.access(p, os.X_OK))
 
 
 def codegen_key(memo_dir: Path | None = None) -> str:
-    """Triton's code-generation identity, without libtriton.so's bytes."""
-    from importlib import metadata
+    """Triton's code-generation identity, without libtriton.so's bytes; memoized
+    (in memory and under memo_dir) while no hashed file's stat changes."""
+    from .env import toolid
 
     root = triton_root()
-    files = _sources(root)
-    stamp = hashlib.sha256()
+    files, tools = _sources(root), _ptxas(root)
+    stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino) for p in files + tools for st in [p.stat()])
+    return toolid.memoized_by(stamp, f"triton codegen key {root}", lambda: _compute_key(root, files, tools),
+                              memo_dir)
+
+
+def _compute_key(root: Path, files: list[Path], tools: list[Path]) -> str:
+    from importlib import metadata
+
+    from .env import toolid
+
+    digest = hashlib.sha256()
     for path in files:
-        st = path.stat()
-        stamp.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
-    stamp_hex = stamp.hexdigest()
-    cached = _memo.get(stamp_hex) or _read_memo(memo_dir, stamp_hex)
-    if cached is None:
-        digest = hashlib.sha256()
-        for path in files:
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-        for version in _ptxas_versions(root):
-            digest.update(version.encode())
-        version = metadata.version("triton")
-        cached = f"{version}-abicache-codegen-{digest.hexdigest()}"
-        _write_memo(memo_dir, stamp_hex, cached)
-    _memo[stamp_hex] = cached
-    return cached
-
-
-def _read_memo(memo_dir: Path | None, stamp: str) -> str | None:
-    if memo_dir is None:
-        return None
-    try:
-        return (memo_dir / f"triton-{stamp[:32]}.txt").read_text() or None
-    except OSError:
-        return None
-
-
-def _write_memo(memo_dir: Path | None, stamp: str, value: str) -> None:
-    if memo_dir is None:
-        return
-    try:
-        memo_dir.mkdir(parents=True, exist_ok=True)
-        tmp = memo_dir / f"triton-{stamp[:32]}.{os.getpid()}.tmp"
-        tmp.write_text(value)
-        os.replace(tmp, memo_dir / f"triton-{stamp[:32]}.txt")
-    except OSError:
-        pass
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for ptxas in tools:
+        digest.update(toolid.run_tool([str(ptxas), "--version"]).strip().encode())
+    return f"{metadata.version('triton')}-abicache-codegen-{digest.hexdigest()}"
 
 
 def install(cache: Cache | None = None) -> None:

@@ -45,7 +45,7 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
     name = name or _kernel_name(source)
     cache = cache or default_cache()
     if compiler == "nvcc":
-        identity, build = _nvcc_plan(source, archs, output, options, name)
+        identity, build = _nvcc_plan(source, archs, output, options, name, cache.facts.get("cuda.nvcc"))
     elif compiler == "nvrtc":
         if output == "fatbin":
             raise AbicacheError("NVRTC produces cubin or PTX, not fatbins; use compiler='nvcc'")
@@ -76,14 +76,14 @@ def _target_cache(cache: Cache, archs: list[str], identity: str) -> Cache:
     return cache.for_target(overrides)
 
 
-def _nvcc_plan(source: str, archs: list[str], output: str, options: Sequence[str], name: str):
+def _nvcc_plan(source: str, archs: list[str], output: str, options: Sequence[str], name: str,
+               identity: str | None):
     from ..env import probes
 
     nvcc = probes.nvcc_path()
-    if nvcc is None:
+    if nvcc is None or identity is None:
         raise AbicacheError("nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); install the "
                             "CUDA toolkit or use compiler='nvrtc'")
-    identity = probes.nvcc(None) or "nvcc"
     filename = name + OUTPUTS[output]
     if output == "fatbin":
         arch_flags = [f"-gencode=arch={_virtual(a)},code={a}" for a in archs]

@@ -10,9 +10,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-_memo: dict[tuple[str, str, str], tuple[tuple[int, int, int], str]] = {}
+_memo: dict[tuple[str, str], tuple[tuple[Any, ...], str]] = {}
 
 
 def which(command: str) -> Path | None:
@@ -53,41 +53,47 @@ def memoized(
         stamp = _stamp(path)
     except OSError:
         return None
-    # Keyed by memo_dir too, so each store's disk memo gets written once.
-    mem_key = (str(path), what, str(memo_dir))
+    return memoized_by(stamp, f"{path}\0{what}", lambda: compute(path), memo_dir)
+
+
+def memoized_by(
+    stamp: tuple[Any, ...], what: str, compute: Callable[[], str], memo_dir: Path | None
+) -> str:
+    """compute(), remembered in memory and under memo_dir while `stamp` (file stats) is unchanged."""
+    mem_key = (what, str(memo_dir))  # per memo_dir, so each store's disk memo gets written once
     cached = _memo.get(mem_key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    record = _memo_file(memo_dir, path, what)
+    record = _memo_file(memo_dir, what)
     value = _read_record(record, stamp)
     if value is None:
-        value = compute(path)
+        value = compute()
         _write_record(record, stamp, value)
     _memo[mem_key] = (stamp, value)
     return value
 
 
-def _memo_file(memo_dir: Path | None, path: Path, what: str) -> Path | None:
+def _memo_file(memo_dir: Path | None, what: str) -> Path | None:
     if memo_dir is None:
         return None
-    digest = hashlib.sha256(f"{path}\0{what}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(what.encode()).hexdigest()[:32]
     return memo_dir / f"{digest}.json"
 
 
-def _read_record(record: Path | None, stamp: tuple[int, int, int]) -> str | None:
+def _read_record(record: Path | None, stamp: tuple[Any, ...]) -> str | None:
     if record is None:
         return None
     try:
         data = json.loads(record.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("stamp") != list(stamp):
+    if not isinstance(data, dict) or data.get("stamp") != json.loads(json.dumps(list(stamp))):
         return None
     value = data.get("value")
     return value if isinstance(value, str) else None
 
 
-def _write_record(record: Path | None, stamp: tuple[int, int, int], value: str) -> None:
+def _write_record(record: Path | None, stamp: tuple[Any, ...], value: str) -> None:
     if record is None:
         return
     try:
