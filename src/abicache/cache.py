@@ -22,6 +22,7 @@ from .store.manifest import variant_id
 
 if TYPE_CHECKING:
     from .explain import Explanation
+    from .remote import RemoteSettings, Tier
 
 # build(out_dir) writes the artifact's files; it may return requirements it
 # learned while building (e.g. the torch version a stable op resolved to) as a
@@ -42,6 +43,7 @@ class Artifact(NamedTuple):
     requirements: Requirements
     manifest: Manifest
     hit: bool
+    origin: str = "local"  # "local" (a hit here), "remote" (fetched), "built" (built here)
 
     def file(self, name: str | None = None) -> Path:
         """The path of one file; without a name, the only file (or an error)."""
@@ -54,7 +56,7 @@ class Artifact(NamedTuple):
         return self.path / name
 
 
-def _artifact(vdir: Path, manifest: Manifest, hit: bool) -> Artifact:
+def _artifact(vdir: Path, manifest: Manifest, origin: str) -> Artifact:
     return Artifact(
         key=manifest.key,
         variant=manifest.variant,
@@ -64,7 +66,8 @@ def _artifact(vdir: Path, manifest: Manifest, hit: bool) -> Artifact:
         files=tuple(f.path for f in manifest.files),
         requirements=manifest.requirements,
         manifest=manifest,
-        hit=hit,
+        hit=origin != "built",
+        origin=origin,
     )
 
 
@@ -81,6 +84,8 @@ class Cache:
     touch_interval: seconds between last-use updates (ABICACHE_TOUCH_INTERVAL).
     lock_timeout: seconds to wait for another builder (ABICACHE_LOCK_TIMEOUT).
     audit: detects requirements from built files (default: abicache.audit.detect).
+    remote: a shared store behind the local one: a URL (s3://..., redis://...),
+        RemoteSettings, or False for none (default: ABICACHE_REMOTE).
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class Cache:
         touch_interval: float | None = None,
         lock_timeout: float | None = None,
         audit: Auditor | None = None,
+        remote: str | RemoteSettings | bool | None = None,
     ) -> None:
         self.root = Path(root) if root is not None else config.default_root()
         share = config.flag("ABICACHE_SHARED") if shared is None else shared
@@ -106,6 +112,7 @@ class Cache:
             config.seconds("ABICACHE_LOCK_TIMEOUT") if lock_timeout is None else lock_timeout
         )
         self.audit = audit or self._default_audit
+        self.remote: Tier | None = _remote_tier(remote)
         self.key_pins: frozenset[str] = frozenset()
         self._memo: dict[tuple[Any, ...], Artifact] = {}
 
@@ -147,7 +154,7 @@ class Cache:
     ) -> Artifact | None:
         self.store.ensure()
         key, _ = self.key_for(kind, name, _as_inputs(inputs))
-        return self._find(kind, key, verify)
+        return self._find(kind, key, verify) or self._fetch(kind, key)
 
     def _find(self, kind: str, key: str, verify: str) -> Artifact | None:
         usable = []
@@ -159,15 +166,33 @@ class Cache:
             except (ManifestError, OSError) as exc:
                 self._reject(vdir, f"unreadable manifest: {exc}")
                 continue
-            if self._checked(manifest.requirements).satisfied_by(self.facts):
+            if self.usable(manifest):
                 usable.append((vdir, manifest))
         # The most specific variant first (like packaging.tags), then the newest.
         usable.sort(key=lambda vm: (len(vm[1].requirements), vm[1].created), reverse=True)
         for vdir, manifest in usable:
             if self._verified(vdir, manifest, verify):
                 self.store.touch(vdir, self.touch_interval)
-                return _artifact(vdir, manifest, hit=True)
+                return _artifact(vdir, manifest, "local")
         return None
+
+    def find(self, kind: str, key: str) -> Artifact | None:
+        """The local entry for a key that holds here, if any (no remote, no build)."""
+        self.store.ensure()
+        return self._find(kind, key, "quick")
+
+    def usable(self, manifest: Manifest) -> bool:
+        """Whether an entry's requirements hold in this cache's environment."""
+        return self._checked(manifest.requirements).satisfied_by(self.facts)
+
+    def _fetch(self, kind: str, key: str) -> Artifact | None:
+        """The remote's entry for this key, verified into the local store."""
+        if self.remote is None or self.remote.down:
+            return None
+        from . import replicate
+
+        got = replicate.fetch(self.remote, self.store, kind, key, self.usable)
+        return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
         full = verify == "full" or self.store.verified_age(vdir) > self.verify_age
@@ -227,10 +252,11 @@ class Cache:
             self._log_miss(kind, name, described, key)
             with key_lock(self.store.layout.lock_file(key), f"{kind} {name}",
                           self.lock_timeout, progress.note):
-                found = self._find(kind, key, verify)  # another process may have built it
+                # another process may have built it, or another machine
+                found = self._find(kind, key, verify) or self._fetch(kind, key)
                 if found is None:
                     found = self._build(kind, name, key, described, build, declared)
-        self._memo[memo_key] = found._replace(hit=True)  # later calls in this process find it
+        self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 
     def _build(
@@ -274,10 +300,30 @@ class Cache:
                 created=time.time(),
                 build_seconds=round(seconds, 6),
             )
+            adopted = self._share(stage, manifest)
+            if adopted is not None:
+                return adopted
             vdir, won = self.store.commit(stage, manifest)
             if not won:
                 manifest = self.store.read_manifest(vdir)
-            return _artifact(vdir, manifest, hit=False)
+            return _artifact(vdir, manifest, "built")
+
+    def _share(self, stage: Path, manifest: Manifest) -> Artifact | None:
+        """Publish to the remote before committing locally. If another machine
+        published this variant first, the fleet uses its files: ours are dropped
+        and its entry fetched (verified), so every machine loads the same bytes."""
+        if self.remote is None or not self.remote.writable:
+            return None
+        from . import replicate
+
+        winner = replicate.publish(self.remote, self.store, stage, manifest).winner
+        if winner is None:
+            return None
+        if winner.files == manifest.files:  # a reproducible build: same bytes, keep the signed manifest
+            vdir, _ = self.store.commit(stage, winner)
+            return _artifact(vdir, self.store.read_manifest(vdir), "built")
+        got = replicate.download(self.remote, self.store, winner)
+        return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _default_audit(self, stage: Path, paths: Sequence[str], declared: Requirements,
                        facts: Any) -> tuple[Requirements, dict[str, Any]]:
@@ -310,6 +356,20 @@ class Cache:
         # With no logging configured, logging's last-resort handler prints to stderr.
         text = str(explain(self.store, self.facts, kind, name, described, key))
         logging.getLogger("abicache").warning("abicache miss: %s", text)
+
+
+def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:
+    if remote is False or (remote is None and not config.text("ABICACHE_REMOTE")):
+        return None  # the common case imports nothing of the remote tier
+    from .remote import RemoteSettings, tier_for
+
+    if remote is None or remote is True:
+        settings = RemoteSettings.from_env()
+    elif isinstance(remote, str):
+        settings = RemoteSettings.from_env(remote)
+    else:
+        settings = remote
+    return tier_for(settings) if settings is not None else None
 
 
 def _qualname(build: Builder) -> str:

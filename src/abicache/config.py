@@ -20,6 +20,15 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_LOCK_TIMEOUT": ("900", "seconds to wait for another process building the same key"),
     "ABICACHE_EXPLAIN": ("0", "1: log why every miss missed"),
     "ABICACHE_PROGRESS": ("auto", "1/0: force build progress lines on stderr on/off"),
+    "ABICACHE_REMOTE": ("", "shared remote store: s3://BUCKET/PREFIX?endpoint=URL&region=R "
+                        "or redis://HOST:PORT/DB (empty: none)"),
+    "ABICACHE_REMOTE_MODE": ("read-write", "read: fetch from the remote, never upload "
+                             "(machines the fleet should not trust)"),
+    "ABICACHE_REMOTE_TIMEOUT": ("2", "seconds a remote request may wait to connect or for an "
+                                "answer; after a failure the remote is skipped for the process"),
+    "ABICACHE_SIGNING_KEY": ("", "Ed25519 private key file (PEM) that signs uploaded manifests"),
+    "ABICACHE_TRUSTED_KEYS": ("", "comma-separated public keys (ed25519:...) or files of them; "
+                              "when set, remote manifests must carry a signature by one of them"),
 }
 
 
@@ -32,6 +41,15 @@ def default_root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("abicache", appauthor=False))
+
+
+def text(name: str) -> str:
+    """The variable's value, or its default; '' when unset and without default."""
+    raw = os.environ.get(name, "").strip()
+    if raw:
+        return raw
+    default = VARIABLES[name][0]
+    return "" if default.startswith("<") else default
 
 
 def seconds(name: str) -> float:

@@ -52,5 +52,15 @@ class NotFound(AbicacheError):
     """A named entry, key or file is not in the cache."""
 
 
+class RemoteError(AbicacheError):
+    """The remote store could not be reached or answered wrongly (transport,
+    timeout, credentials). The cache catches it and goes on without the remote."""
+
+
+class RefusedError(AbicacheError):
+    """Something fetched from the remote failed verification (signature, hash,
+    hostile manifest). It never enters the local store."""
+
+
 class AbicacheWarning(UserWarning):
     """Something was skipped or repaired (bad manifest, quarantined entry)."""

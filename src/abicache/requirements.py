@@ -144,7 +144,10 @@ def _normalize(items: Iterable[Requirement]) -> tuple[Requirement, ...]:
             rest.add(req)
             continue
         old = highest.get(req.name)
-        if old is None or versions.compare(req.value, old.value) > 0:
+        order = 1 if old is None else versions.compare(req.value, old.value)
+        # Equal versions spelled differently (2.10 / 2.10.0): keep one spelling
+        # whatever the input order, or the canonical form (and variant id) would vary.
+        if order > 0 or (order == 0 and old is not None and req.value < old.value):
             highest[req.name] = req
     return tuple(sorted(rest | set(highest.values())))
 

@@ -45,7 +45,7 @@ def _cache(args: argparse.Namespace) -> Cache:
     return cache
 
 
-def _manifests(cache: Cache) -> list[tuple[Path, Manifest]]:
+def manifests_of(cache: Cache) -> list[tuple[Path, Manifest]]:
     out = []
     for vdir in cache.store.iter_variant_dirs():
         try:
@@ -81,7 +81,7 @@ def _size(vdir: Path, m: Manifest) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     cache = _cache(args)
-    rows = [(v, m) for v, m in _manifests(cache) if not args.kind or m.kind == args.kind]
+    rows = [(v, m) for v, m in manifests_of(cache) if not args.kind or m.kind == args.kind]
     rows.sort(key=lambda vm: (vm[1].kind, vm[1].name, -vm[1].created))
     if args.json:
         render.emit_json([_summary(cache, v, m) for v, m in rows])
@@ -107,7 +107,7 @@ def _summary(cache: Cache, vdir: Path, m: Manifest) -> dict[str, Any]:
 def cmd_show(args: argparse.Namespace) -> int:
     cache = _cache(args)
     prefix = args.key.lower()
-    found = [(v, m) for v, m in _manifests(cache) if m.key.startswith(prefix)]
+    found = [(v, m) for v, m in manifests_of(cache) if m.key.startswith(prefix)]
     if not found:
         raise NotFound(f"no entry has a key starting with {args.key!r}; 'abicache ls' lists them")
     if len({m.key for _, m in found}) > 1:
@@ -136,7 +136,7 @@ def _input_rows(inputs: Any) -> list[tuple[str, str]]:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     cache = _cache(args)
-    kinds = sorted({m.kind for _, m in _manifests(cache) if m.name == args.name})
+    kinds = sorted({m.kind for _, m in manifests_of(cache) if m.name == args.name})
     if args.kind:
         kinds = [args.kind]
     if not kinds:
@@ -189,7 +189,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     cache = _cache(args)
-    entries = _manifests(cache)
+    entries = manifests_of(cache)
     stored, blob_count = disk_usage(cache.store)
     logical = sum(_size(v, m) for v, m in entries)
     by_kind: dict[str, list[int]] = {}
@@ -202,6 +202,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "stored_bytes": stored, "logical_bytes": logical,
         "quarantined": len([p for p in children(cache.store.layout.quarantine) if p.name != "damaged-blobs"]),
         "leftovers": len(children(cache.store.layout.tmp)),
+        "remote_refusals": len(cache.store.read_events("remote-refused")),
         "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
     }
     if args.json:
@@ -211,6 +212,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     render.say(f"{cache.root}: {len(entries)} entries, {blob_count} blobs, "
                f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "
                f"({render.human_size(max(saved, 0))} saved by sharing)")
+    if doc["remote_refusals"]:
+        render.say(f"[red]{doc['remote_refusals']} downloads from a remote were refused[/] "
+                   f"(see {cache.store.layout.log / 'remote-refused.jsonl'})")
     render.table("by kind", ["kind", "entries", "size"],
                  [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
     return 0

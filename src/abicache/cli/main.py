@@ -1,4 +1,5 @@
-"""abicache command line: env, ls, show, explain, gc, verify, stats, audit, doctor, demo.
+"""abicache command line: env, ls, show, explain, gc, verify, stats, audit, doctor, stub,
+push, pull, remote, keys, demo.
 
 Exit codes: 0 success; 1 the command found a problem (verify found damage,
 explain found a miss, show found nothing); 2 usage or configuration error.
@@ -13,7 +14,7 @@ from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import AbicacheError
-from . import audit_cmds, commands
+from . import audit_cmds, commands, remote_cmds
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -68,12 +69,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--guard", action="store_true",
                    help="allow functions whose signature differs: call them only on matching majors")
     p.add_argument("--soname", help="the stub's soname (default libabicache_<library>_stub.so)")
+    _remote_commands(sub, common)
     return parser
+
+
+def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--remote", metavar="URL", help="the remote store (default: ABICACHE_REMOTE)")
+    select = argparse.ArgumentParser(add_help=False)
+    select.add_argument("--kind", help="only entries of this kind")
+    select.add_argument("--name", help="only entries of this name")
+    sub.add_parser("push", parents=[common, remote, select], help="upload local entries to the remote")
+    sub.add_parser("pull", parents=[common, remote, select],
+                   help="fetch the remote's entries that can load here")
+    sub.add_parser("remote", parents=[common, remote], help="show the remote's settings; check it answers")
+    p = sub.add_parser("keys", parents=[common], help="signing keys for the remote tier")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions.required = True
+    g = actions.add_parser("generate", parents=[common], help="write an Ed25519 key pair: PATH and PATH.pub")
+    g.add_argument("path", metavar="PATH")
+    actions.add_parser("show", parents=[common], help="the signing key and trusted keys in effect")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = audit_cmds if args.command in ("audit", "doctor", "stub") else commands
+    module = (audit_cmds if args.command in ("audit", "doctor", "stub")
+              else remote_cmds if args.command in ("push", "pull", "remote", "keys") else commands)
     handler = getattr(module, f"cmd_{args.command}")
     try:
         return int(handler(args) or EXIT_OK)

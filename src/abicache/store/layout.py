@@ -60,6 +60,10 @@ class Layout(NamedTuple):
         return self.base / "index"
 
     @property
+    def log(self) -> Path:
+        return self.base / "log"
+
+    @property
     def tools(self) -> Path:
         return self.base / "tools"
 

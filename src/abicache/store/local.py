@@ -188,11 +188,31 @@ class Store:
             path = stage / rel
             digest, size = blobs.hash_file(path)
             executable = bool(path.stat().st_mode & 0o111)
-            record = FileRecord(rel, digest, size, 0o555 if executable else 0o444)
-            aside = self.layout.quarantine / "damaged-blobs"
-            blobs.adopt(path, self.layout.blob(digest, executable), record, aside)
-            records.append(record)
+            records.append(FileRecord(rel, digest, size, 0o555 if executable else 0o444))
+        self._adopt(stage, records)
         return tuple(records)
+
+    def _adopt(self, stage: Path, records: Sequence[FileRecord]) -> None:
+        aside = self.layout.quarantine / "damaged-blobs"
+        for record in records:
+            blobs.adopt(stage / record.path, self.layout.blob(record.sha256, record.executable), record, aside)
+
+    def commit_verified(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
+        """Commit files the caller has already hashed against the manifest
+        (a remote fetch hashes while it downloads): no second pass over them."""
+        self._adopt(stage, manifest.files)
+        return self.commit(stage, manifest)
+
+    def link_blob(self, record: FileRecord, dest: Path) -> bool:
+        """Put a hard link to the local blob of record at dest, if there is one of the right size."""
+        blob = self.layout.blob(record.sha256, record.executable)
+        try:
+            if os.stat(blob).st_size != record.size:
+                return False
+            os.link(blob, dest)
+        except OSError:
+            return False
+        return True
 
     def commit(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
         """Write the manifest and rename stage into place; (dir, whether we won)."""
@@ -223,6 +243,24 @@ class Store:
             (folder / manifest.key).touch()
         except OSError:
             pass  # the index only serves `explain`
+
+    def log_event(self, name: str, line: str) -> None:
+        """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
+        try:
+            self.layout.log.mkdir(exist_ok=True)
+            fd = os.open(self.layout.log / f"{name}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (line.rstrip("\n") + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # the log only informs `abicache stats`
+
+    def read_events(self, name: str) -> list[str]:
+        try:
+            return (self.layout.log / f"{name}.jsonl").read_text().splitlines()
+        except OSError:
+            return []
 
     def keys_named(self, kind: str, name: str) -> list[str]:
         try:

@@ -1,0 +1,196 @@
+"""Remote tier benchmarks, against real servers on 127.0.0.1 (moto S3, redis-server).
+
+- Remote hit of a 1 MB and a 100 MB artifact (machine B fetches what A
+  published: list, manifest, blob streamed with sha256, fsync, commit) vs the
+  raw client downloading the same object to a file, in the same run.
+- Hit latency through the remote for a small artifact: in a warm process, and
+  in a fresh process (import abicache + client + fetch).
+- Client choice for S3: obstore vs boto3, import + first request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+import servers  # noqa: E402
+from common import run_json  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+REPEAT = 5
+
+
+def median_time(fn: Callable[[], Any], repeat: int = REPEAT) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def abicache_hit(url: str, work: Path, name: str, data: bytes) -> tuple[float, str]:
+    import abicache
+
+    a = abicache.Cache(work / "A", remote=url)
+    art = a.get_or_build("bench", name, {"extra": {"size": len(data)}},
+                         lambda out: (out / "blob.bin").write_bytes(data))
+    b = abicache.Cache(work / "B", remote=url)
+    times = []
+    for _ in range(REPEAT):
+        b.store.ensure()
+        start = time.perf_counter()
+        got = b.get_or_build("bench", name, {"extra": {"size": len(data)}}, _never)
+        times.append(time.perf_counter() - start)
+        assert got.origin == "remote", got.origin
+        b._memo.clear()  # machine B again, with the entry gone (outside the timing)
+        for folder in (b.store.layout.entries, b.store.layout.blobs):
+            shutil.rmtree(folder)
+            folder.mkdir()
+    return statistics.median(times), art.manifest.files[0].sha256
+
+
+def _never(out: Path) -> None:
+    raise AssertionError("benchmark machine B built instead of fetching")
+
+
+def raw_obstore(url: str, sha: str, out: Path) -> float:
+    import obstore
+    from obstore.store import S3Store
+
+    from abicache.remote import url as urlmod
+
+    parsed = urlmod.parse(url)
+    store = S3Store(parsed.location, prefix=parsed.path,
+                    config={"endpoint": parsed.option("endpoint"), "region": "us-east-1"},
+                    client_options={"allow_http": True})
+
+    def get() -> None:
+        with open(out, "wb") as fh:
+            for chunk in obstore.get(store, f"v1/blobs/{sha[:2]}/{sha}").stream(min_chunk_size=1 << 20):
+                fh.write(chunk)
+
+    return median_time(get)
+
+
+def raw_boto3(endpoint: str, url: str, sha: str, out: Path) -> float:
+    client = servers.raw_s3(endpoint)
+    prefix = url.split("/")[3].split("?")[0]
+    return median_time(lambda: client.download_file(servers.BUCKET, f"{prefix}/v1/blobs/{sha[:2]}/{sha}", str(out)))
+
+
+def raw_redis(url: str, sha: str, out: Path) -> float:
+    import redis
+
+    from abicache.remote import url as urlmod
+
+    parsed = urlmod.parse(url)
+    host, port = parsed.location.split(":")
+    r = redis.Redis(host=host, port=int(port))
+    name = f"{parsed.option('prefix')}:v1:b:{sha}"
+    return median_time(lambda: out.write_bytes(r.get(name)))
+
+
+def fresh_process_hit(url: str, work: Path) -> float:
+    import abicache
+
+    abicache.Cache(work / "A", remote=url).get_or_build("bench", "small", {}, lambda out: (out / "s.so").write_bytes(b"x" * 4096))
+    times = []
+    for i in range(REPEAT):
+        got = run_json(f"""
+            import time; t = time.perf_counter()
+            import json, abicache
+            art = abicache.Cache({str(work / f'F{i}')!r}, remote={url!r}).get_or_build("bench", "small", {{}}, None)
+            assert art.origin == "remote"
+            print(json.dumps(time.perf_counter() - t))""", {**servers.CREDENTIALS, "ABICACHE_PROGRESS": "0",
+                                                            "PYTHONPATH": str(ROOT / "src")})
+        times.append(got)
+    return statistics.median(times)
+
+
+def client_first_request(endpoint: str) -> dict[str, float]:
+    env = {**servers.CREDENTIALS}
+    servers.raw_s3(endpoint).put_object(Bucket=servers.BUCKET, Key="probe", Body=b"x" * 1000)
+    out = {}
+    for name, code in {
+        "obstore": f"""
+            import time; t = time.perf_counter()
+            import json, obstore
+            from obstore.store import S3Store
+            s = S3Store({servers.BUCKET!r}, config={{"endpoint": {endpoint!r}, "region": "us-east-1"}},
+                        client_options={{"allow_http": True}})
+            obstore.get(s, "probe").bytes(); print(json.dumps(time.perf_counter() - t))""",
+        "boto3": f"""
+            import time; t = time.perf_counter()
+            import json, boto3
+            c = boto3.client("s3", endpoint_url={endpoint!r}, region_name="us-east-1")
+            c.get_object(Bucket={servers.BUCKET!r}, Key="probe")["Body"].read(); print(json.dumps(time.perf_counter() - t))""",
+    }.items():
+        out[name] = statistics.median(run_json(code, env) for _ in range(REPEAT))
+    return out
+
+
+def main() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    os.environ.update(servers.CREDENTIALS, ABICACHE_PROGRESS="0")
+    work = Path(tempfile.mkdtemp(prefix="abicache-remote-bench-"))
+    rows, doc = [], {}
+    with servers.moto_s3() as endpoint, servers.redis_server() as redis_base:
+        for engine in ("s3", "redis"):
+            for size in (1 << 20, 100 << 20):
+                url = servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base)
+                data = os.urandom(size)
+                ours, sha = abicache_hit(url, work / f"{engine}{size}", f"a{size}", data)
+                out = work / "raw.bin"
+                raw = raw_obstore(url, sha, out) if engine == "s3" else raw_redis(url, sha, out)
+                client = "obstore" if engine == "s3" else "redis-py GET"
+                rows.append((engine, f"{size >> 20} MiB", f"{size / ours / 1e6:.0f} MB/s", f"{client}: {size / raw / 1e6:.0f} MB/s",
+                             f"{raw / ours:.0%}"))
+                doc[f"{engine}_{size >> 20}MiB"] = {"abicache_s": ours, "raw_s": raw, "ratio": raw / ours}
+                if engine == "s3":
+                    boto = raw_boto3(endpoint, url, sha, out)
+                    doc[f"{engine}_{size >> 20}MiB"]["boto3_s"] = boto
+                    rows.append(("", "", "", f"boto3: {size / boto / 1e6:.0f} MB/s", f"{boto / ours:.0%}"))
+        latency = {engine: fresh_process_hit(servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base),
+                                             work / f"lat-{engine}") for engine in ("s3", "redis")}
+        warm = {}
+        for engine in ("s3", "redis"):
+            url = servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base)
+            warm[engine], _ = abicache_hit(url, work / f"warm-{engine}", "small", b"y" * 4096)
+        clients = client_first_request(endpoint)
+    doc.update(fresh_process_small_hit_s=latency, warm_small_hit_s=warm, s3_client_first_request_s=clients)
+
+    console = Console()
+    table = Table(title=f"Remote hit vs the raw client downloading the same object (medians of {REPEAT}; "
+                        "target >= 80% of raw)", title_justify="left")
+    for col in ("remote", "artifact", "abicache remote hit", "raw client to a file", "abicache / raw"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    small = Table(title="Small artifact (4 KiB) through the remote", title_justify="left")
+    for col in ("remote", "warm process", "fresh process (import + client + fetch)"):
+        small.add_column(col)
+    for engine in ("s3", "redis"):
+        small.add_row(engine, f"{warm[engine] * 1e3:.2f} ms", f"{latency[engine] * 1e3:.1f} ms")
+    console.print(small)
+    console.print(f"S3 client, import + first GET in a fresh process: obstore {clients['obstore'] * 1e3:.0f} ms, "
+                  f"boto3 {clients['boto3'] * 1e3:.0f} ms ({clients['boto3'] / clients['obstore']:.1f}x)")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "remote.json").write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Commands of the remote tier: push, pull, remote (check), keys."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..cache import Cache
+from ..errors import ConfigError
+from ..store import Manifest
+from . import render
+from .commands import manifests_of
+
+
+def _cache(args: argparse.Namespace) -> Cache:
+    remote: Any = args.remote if getattr(args, "remote", None) else None
+    cache = Cache(args.root, remote=remote) if args.root else Cache(remote=remote)
+    if cache.remote is None:
+        raise ConfigError("no remote is configured: set ABICACHE_REMOTE (e.g. s3://bucket/prefix?endpoint=URL "
+                          "or redis://host:6379/0) or pass --remote URL")
+    cache.store.ensure()
+    return cache
+
+
+def _wanted(args: argparse.Namespace) -> Callable[[Manifest], bool]:
+    return lambda m: (not args.kind or m.kind == args.kind) and (not args.name or m.name == args.name)
+
+
+def _report(args: argparse.Namespace, cache: Cache, title: str, rows: list[dict[str, str]]) -> int:
+    failed = sum(r["result"] in ("failed", "refused") for r in rows)
+    if args.json:
+        render.emit_json({"remote": cache.remote.name, "entries": rows, "stats": dict(cache.remote.stats),
+                          "down": cache.remote.down})
+    else:
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["result"]] = counts.get(r["result"], 0) + 1
+        render.table(f"{title} {cache.remote.name}", ["kind", "name", "key", "variant", "result"],
+                     [(r["kind"], r["name"], r["key"][:12], r["variant"][:8], r["result"]) for r in rows])
+        render.say(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing to do")
+        if cache.remote.down:
+            render.say(f"[red]the remote failed: {cache.remote.down}[/]")
+    return 1 if failed or cache.remote.down else 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Upload local entries (e.g. a CI job after building everything)."""
+    from .. import replicate
+
+    cache = _cache(args)
+    chosen = [(v, m) for v, m in manifests_of(cache) if _wanted(args)(m)]
+    rows = []
+    with render.Progress("pushing", len(chosen)) as bar:
+        for vdir, m in chosen:
+            result = replicate.publish(cache.remote, cache.store, vdir, m)
+            status = result.status
+            if status == "exists":
+                status = "present" if result.winner.files == m.files else "remote has other bytes"
+            rows.append(_row(m, status))
+            bar.advance()
+    return _report(args, cache, "pushed to", rows)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Fetch the remote's entries that can load here (e.g. a node before a job)."""
+    from .. import replicate
+
+    cache = _cache(args)
+    listed = cache.remote.call(lambda b: sorted(b.entries())) or []
+    if args.kind:
+        listed = [(k, key) for k, key in listed if k == args.kind]
+    rows = []
+    with render.Progress("pulling", len(listed)) as bar:
+        for kind, key in listed:
+            rows += _pull_one(cache, replicate, kind, key, _wanted(args))
+            bar.advance()
+    return _report(args, cache, "pulled from", rows)
+
+
+def _pull_one(cache: Cache, replicate: Any, kind: str, key: str, wanted: Callable[[Manifest], bool]) -> list[dict[str, str]]:
+    if cache.find(kind, key) is not None:
+        return []  # already usable here
+    refused = cache.remote.stats["refused"]
+    found = replicate.candidates(cache.remote, cache.store, kind, key, lambda m: wanted(m) and cache.usable(m))
+    if cache.remote.stats["refused"] > refused:
+        return [{"kind": kind, "name": "?", "key": key, "variant": "", "result": "refused"}]
+    for manifest in found:
+        got = replicate.download(cache.remote, cache.store, manifest)
+        if got is not None:
+            return [_row(manifest, "fetched")]
+    return [_row(m, "failed") for m in found[:1]]
+
+
+def _row(m: Manifest, result: str) -> dict[str, str]:
+    return {"kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant, "result": result}
+
+
+def cmd_remote(args: argparse.Namespace) -> int:
+    """Show the remote's settings and check that it answers."""
+    cache = _cache(args)
+    tier = cache.remote
+    start = time.perf_counter()
+    answered = tier.call(lambda b: b.manifests("abicache.ping", "0" * 64, 1024))
+    seconds = time.perf_counter() - start
+    settings = tier.settings
+    doc = {
+        "remote": tier.name, "mode": settings.mode, "timeout": settings.timeout,
+        "writable": tier.writable, "reachable": answered is not None, "latency_ms": round(seconds * 1e3, 2),
+        "error": tier.down, "signing_key": str(settings.signing_key or ""),
+        "trusted_keys": [k.key_id for k in settings.trusted],
+        "refusals_logged": len(cache.store.read_events("remote-refused")),
+    }
+    if args.json:
+        render.emit_json(doc)
+    else:
+        render.table(f"remote {tier.name}", ["setting", "value"], [(k, v) for k, v in doc.items()])
+    return 0 if answered is not None else 1
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from ..remote import keys
+
+    if args.action == "generate":
+        public = keys.write_pair(Path(args.path))
+        doc = {"private": str(args.path), "public": f"{args.path}.pub", "key_id": public.key_id,
+               "public_key": str(public)}
+        if args.json:
+            render.emit_json(doc)
+        else:
+            render.say(f"wrote {args.path} (private: keep it in CI secrets) and {args.path}.pub")
+            render.say(f"key id {public.key_id}")
+            render.say(f"builders:  export ABICACHE_SIGNING_KEY={args.path}")
+            render.say(f"the fleet: export ABICACHE_TRUSTED_KEYS={public}")
+        return 0
+    path = keys.signing_key_from_env()
+    signer = keys.load_signer(path) if path else None
+    doc = {"signing_key": str(path or ""), "signing_key_id": signer.public.key_id if signer else "",
+           "trusted": [{"key_id": k.key_id, "public_key": str(k)} for k in keys.trusted_from_env()]}
+    if args.json:
+        render.emit_json(doc)
+    else:
+        render.say(f"signing key: {doc['signing_key'] or '(none: uploads are unsigned)'}"
+                   + (f" (id {doc['signing_key_id']})" if signer else ""))
+        render.table("trusted keys (ABICACHE_TRUSTED_KEYS)", ["key id", "public key"],
+                     [(k["key_id"], k["public_key"]) for k in doc["trusted"]])
+    return 0

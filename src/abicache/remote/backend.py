@@ -1,0 +1,70 @@
+"""What a remote store must do, and the names of things in it.
+
+A backend moves bytes and nothing else: it never parses a manifest or trusts
+a blob. Every transport, timeout or credential failure is raised as
+RemoteError; "not there" is an answer (None / False), not an error.
+
+Layout (both engines):
+    blobs       v1/blobs/<sha[:2]>/<sha256>            content addressed, immutable
+    manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+#: receives each chunk of a download, in order (bytes or a memoryview, valid during the call)
+Sink = Callable[["bytes | memoryview"], None]
+#: told how many bytes just moved (progress bars)
+Advance = Callable[[int], None]
+#: transfers are read and written in pieces of this size
+CHUNK = 8 << 20
+#: the slowest transfer rate that still counts as alive: a transfer of n bytes
+#: may take timeout + n / MIN_RATE seconds before it is a failure
+MIN_RATE = 1 << 20
+
+
+class Backend(Protocol):
+    def manifests(self, kind: str, key: str, limit: int) -> dict[str, bytes | None]:
+        """variant -> raw manifest (None where it is larger than limit bytes)."""
+
+    def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
+        """Create it; False if that variant is already there (someone else won)."""
+
+    def has_blob(self, sha256: str) -> bool: ...
+
+    def read_blob(self, sha256: str, size: int, sink: Sink) -> bool:
+        """Stream the blob into sink; False if there is no such blob."""
+
+    def write_blob(self, sha256: str, path: Path, size: int, advance: Advance) -> None: ...
+
+    def entries(self) -> Iterator[tuple[str, str]]:
+        """Every (kind, key) with at least one manifest."""
+
+    def close(self) -> None: ...
+
+
+def blob_name(sha256: str) -> str:
+    return f"v1/blobs/{sha256[:2]}/{sha256}"
+
+
+def entry_prefix(kind: str, key: str) -> str:
+    return f"v1/entries/{kind}/{key}/"
+
+
+def transfer_seconds(timeout: float, size: int) -> float:
+    return timeout + size / MIN_RATE
+
+
+def first_line(exc: BaseException) -> str:
+    """Client errors can be pages long (obstore appends its debug dump)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def file_chunks(path: Path, advance: Advance) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            advance(len(chunk))
+            yield chunk

@@ -1,0 +1,103 @@
+"""Shared fixtures for the remote-tier tests: real servers, one per session,
+and a raw view of what a remote holds (to inspect or tamper with it)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import servers
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    why = servers.moto_available()
+    if why:
+        pytest.skip(why)
+    os.environ.update(servers.CREDENTIALS)  # obstore reads AWS_* like every S3 client
+    with servers.moto_s3() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def redis_base() -> Iterator[str]:
+    why = servers.redis_available()
+    if why:
+        pytest.skip(why)
+    with servers.redis_server() as base:
+        yield base
+
+
+@dataclass
+class Raw:
+    """Direct access to a remote's objects, bypassing abicache."""
+
+    url: str
+    client: object
+    prefix: str
+
+    @property
+    def is_s3(self) -> bool:
+        return self.url.startswith("s3://")
+
+    def _s3_key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def _redis_blob(self, sha: str) -> str:
+        return f"{self.prefix}:v1:b:{sha}"
+
+    def put_blob(self, sha: str, data: bytes) -> None:
+        if self.is_s3:
+            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"), Body=data)
+        else:
+            self.client.set(self._redis_blob(sha), data)
+
+    def delete_blob(self, sha: str) -> None:
+        if self.is_s3:
+            self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"))
+        else:
+            self.client.delete(self._redis_blob(sha))
+
+    def manifests(self, kind: str, key: str) -> dict[str, bytes]:
+        if self.is_s3:
+            prefix = self._s3_key(f"v1/entries/{kind}/{key}/")
+            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=prefix).get("Contents", [])
+            return {o["Key"][len(prefix):]: self.client.get_object(Bucket=servers.BUCKET, Key=o["Key"])["Body"].read()
+                    for o in listed}
+        found = self.client.hgetall(f"{self.prefix}:v1:m:{kind}:{key}")
+        return {k.decode(): v for k, v in found.items()}
+
+    def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> None:
+        if self.is_s3:
+            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/entries/{kind}/{key}/{variant}"),
+                                   Body=data)
+        else:
+            self.client.hset(f"{self.prefix}:v1:m:{kind}:{key}", variant, data)
+
+    def count_manifests(self) -> int:
+        if self.is_s3:
+            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/entries/"))
+            return len(listed.get("Contents", []))
+        return sum(self.client.hlen(k) for k in self.client.scan_iter(match=f"{self.prefix}:v1:m:*"))
+
+
+@pytest.fixture(params=["s3", "redis"])
+def remote(request: pytest.FixtureRequest) -> tuple[str, Raw]:
+    """A fresh remote (its own prefix on a shared server) and a raw view of it."""
+    prefix = uuid.uuid4().hex[:12]
+    if request.param == "s3":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        url = servers.s3_url(endpoint, prefix)
+        return url, Raw(url, servers.raw_s3(endpoint), prefix)
+    import redis
+
+    base = request.getfixturevalue("redis_base")
+    url = servers.redis_url(base, prefix)
+    port = int(urlsplit(base).port or 6379)
+    assert parse_qs(urlsplit(url).query)["prefix"] == [prefix]
+    return url, Raw(url, redis.Redis(host="127.0.0.1", port=port), prefix)

@@ -1,0 +1,467 @@
+"""The remote tier against real servers on 127.0.0.1: moto's S3 server and
+redis-server. Two cache roots play machine A and machine B."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import servers
+from abicache import Cache, cc, remote as remote_mod
+from abicache.errors import AbicacheWarning, ConfigError
+from abicache.remote import keys
+from abicache.store.verify import verify_store
+from conftest import SRC, fixed_facts, need, writer
+from remote_fixtures import Raw, moto_endpoint, redis_base, remote  # noqa: F401  (fixtures)
+
+ADD = 'extern "C" int add(int a, int b) { return a + b; }'
+FILES = {"lib/kernel.bin": os.urandom(3000), "meta.json": '{"n": 1}', "empty": b""}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tier_state() -> None:
+    remote_mod.reset()
+
+
+def never(out: Path) -> None:
+    raise AssertionError("machine B built although the remote had the entry")
+
+
+def machines(tmp_path: Path, url: str, **kw: object) -> tuple[Cache, Cache]:
+    return Cache(tmp_path / "A", remote=url, **kw), Cache(tmp_path / "B", remote=url, **kw)  # type: ignore[arg-type]
+
+
+def quiet(fn: Callable[[], object]) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    return result, [str(w.message) for w in caught if issubclass(w.category, AbicacheWarning)]
+
+
+def entries(cache: Cache) -> list[Path]:
+    return list(cache.store.iter_variant_dirs())
+
+
+# ---- sharing -------------------------------------------------------------------
+
+
+def test_b_loads_the_library_a_built_without_building(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    need("c++")
+    url, raw = remote
+    a, b = machines(tmp_path, url)
+    built = cc.build_library("adder", [ADD], cache=a)
+    assert built.origin == "built"
+    assert raw.count_manifests() == 1
+    got = cc.build_library("adder", [ADD], cache=b)
+    assert got.origin == "remote" and got.hit
+    assert got.key == built.key and got.manifest.created == built.manifest.created
+    assert got.file().read_bytes() == built.file().read_bytes()
+    assert ctypes.CDLL(str(got.file())).add(40, 2) == 42
+    assert cc.build_library("adder", [ADD], cache=Cache(tmp_path / "B", remote=url)).origin == "local"
+
+
+def test_a_multi_file_artifact_arrives_whole_with_modes(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    a, b = machines(tmp_path, url)
+
+    def build(out: Path) -> None:
+        writer(FILES)(out)
+        tool = out / "bin" / "tool"
+        tool.parent.mkdir()
+        tool.write_text("#!/bin/sh\necho hi\n")
+        tool.chmod(0o755)
+
+    built = a.get_or_build("test.multi", "multi", {"extra": {"v": 1}}, build)
+    got = b.get_or_build("test.multi", "multi", {"extra": {"v": 1}}, never)
+    assert got.origin == "remote"
+    assert sorted(got.files) == sorted(built.files) == ["bin/tool", "empty", "lib/kernel.bin", "meta.json"]
+    for name in got.files:
+        assert (got.path / name).read_bytes() == (built.path / name).read_bytes()
+    assert stat.S_IMODE((got.path / "bin/tool").stat().st_mode) == 0o555
+    assert stat.S_IMODE((got.path / "meta.json").stat().st_mode) == 0o444
+    assert subprocess.run([got.path / "bin/tool"], capture_output=True, text=True).stdout == "hi\n"
+    assert verify_store(b.store, full=True).clean
+
+
+def test_lookup_reads_through_and_identical_blobs_are_not_downloaded_twice(
+        tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    a, b = machines(tmp_path, url)
+    a.get_or_build("test", "one", {"extra": {"v": 1}}, writer({"x.bin": b"same" * 1000}))
+    a.get_or_build("test", "two", {"extra": {"v": 2}}, writer({"y.bin": b"same" * 1000}))
+    assert b.lookup("test", "one", {"extra": {"v": 1}}).origin == "remote"
+    before = b.remote.stats["bytes_down"]
+    second = b.lookup("test", "two", {"extra": {"v": 2}})
+    assert second.origin == "remote"
+    assert b.remote.stats["bytes_down"] == before  # the blob was already in B's store: linked
+    assert b.lookup("test", "three", {"extra": {"v": 3}}) is None
+
+
+def test_the_variant_whose_requirements_hold_is_chosen(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    inputs = {"extra": {"v": 1}}
+    old = Cache(tmp_path / "A", remote=url, facts=fixed_facts(torch__version="2.9.0"))
+    new = Cache(tmp_path / "B", remote=url, facts=fixed_facts(torch__version="2.10.0"))
+    old.get_or_build("test", "op", inputs, writer({"op.so": b"for 2.9"}), ["torch.version==2.9.0"])
+    built = new.get_or_build("test", "op", inputs, lambda out: (out / "op.so").write_bytes(b"for 2.10")
+                             and ["torch.version==2.10.0"])
+    assert built.origin == "built"  # 2.9's variant does not hold on B: nothing incompatible is loaded
+    assert raw.count_manifests() == 2
+    third = Cache(tmp_path / "C", remote=url, facts=fixed_facts(torch__version="2.10.0"))
+    assert third.get_or_build("test", "op", inputs, never).file().read_bytes() == b"for 2.10"
+
+
+def test_a_lost_publish_race_adopts_the_winners_files(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    a, b = machines(tmp_path, url)
+    inputs = {"extra": {"v": 1}}
+
+    def b_build(out: Path) -> None:
+        # While B builds, A builds and publishes the same key with different bytes.
+        a.get_or_build("test", "racy", inputs, writer({"out.bin": b"A's bytes"}))
+        (out / "out.bin").write_bytes(b"B's bytes")
+
+    got = b.get_or_build("test", "racy", inputs, b_build)
+    assert got.file().read_bytes() == b"A's bytes"
+    assert b.remote.stats["lost_races"] == 1
+    assert raw.count_manifests() == 1
+    assert [json.loads(m)["files"]["out.bin"]["size"] for m in raw.manifests("test", got.key).values()] == [9]
+
+
+# ---- failure policy --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["s3", "redis"])
+@pytest.mark.parametrize("fault", ["refused", "silent"])
+def test_an_unreachable_remote_costs_one_bounded_wait_then_builds_locally(
+        tmp_path: Path, scheme: str, fault: str) -> None:
+    with servers.silent_server() as silent:
+        port = silent if fault == "silent" else servers.refused_port()
+        url = (f"s3://abicache-test/p?endpoint=http://127.0.0.1:{port}" if scheme == "s3"
+               else f"redis://127.0.0.1:{port}/0")
+        if scheme == "s3":
+            pytest.importorskip("obstore")
+        else:
+            pytest.importorskip("redis")
+        os.environ.update(servers.CREDENTIALS)
+        cache = Cache(tmp_path / "A", remote=url)
+        start = time.monotonic()
+        art, said = quiet(lambda: cache.get_or_build("test", "x", {"extra": {"v": 1}}, writer({"f": b"1"})))
+        first = time.monotonic() - start
+        start = time.monotonic()
+        again, said_again = quiet(lambda: cache.get_or_build("test", "y", {"extra": {"v": 2}}, writer({"f": b"2"})))
+        second = time.monotonic() - start
+    assert art.origin == "built" and again.origin == "built"
+    assert first < 8.0, f"{fault} remote held the build for {first:.1f} s"
+    assert second < 1.0, "a remote known to be down was tried again"
+    assert len(said) == 1 and "skipping it for the rest of this process" in said[0], said
+    assert said_again == []
+    assert cache.remote.stats["errors"] == 1
+
+
+def test_read_only_machines_never_upload(tmp_path: Path, remote: tuple[str, Raw], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, raw = remote
+    monkeypatch.setenv("ABICACHE_REMOTE_MODE", "read")
+    reader = Cache(tmp_path / "R", remote=url)
+    assert reader.get_or_build("test", "x", {"extra": {}}, writer({"f": b"1"})).origin == "built"
+    assert raw.count_manifests() == 0
+    monkeypatch.delenv("ABICACHE_REMOTE_MODE")
+    Cache(tmp_path / "W", remote=url).get_or_build("test", "x", {"extra": {}}, writer({"f": b"1"}))
+    assert reader.get_or_build("test", "x", {"extra": {}}, never).origin == "local"
+    assert Cache(tmp_path / "R2", remote=url).get_or_build("test", "x", {"extra": {}}, never).origin == "remote"
+
+
+def test_bad_settings_are_clear_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        Cache(tmp_path, remote="ftp://host/x")
+    with pytest.raises(ConfigError, match="unknown option colour"):
+        Cache(tmp_path, remote="s3://abicache-test/p?colour=blue")
+    with pytest.raises(ConfigError, match="database number"):
+        Cache(tmp_path, remote="redis://localhost:6379/cache")
+    monkeypatch.setenv("ABICACHE_REMOTE_MODE", "sometimes")
+    with pytest.raises(ConfigError, match="read-write"):
+        Cache(tmp_path, remote="redis://localhost:6379/0")
+    monkeypatch.delenv("ABICACHE_REMOTE_MODE")
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", str(tmp_path / "missing.pub"))
+    with pytest.raises(ConfigError, match="neither a key"):
+        Cache(tmp_path, remote="redis://localhost:6379/0")
+    monkeypatch.delenv("ABICACHE_TRUSTED_KEYS")
+    assert "secret" not in str(remote_mod.RemoteSettings.from_env("redis://u:secret@h:1/0").url)
+
+
+# ---- untrusted content -------------------------------------------------------------
+
+
+def _published(tmp_path: Path, url: str, **kw: object) -> tuple[Cache, object]:
+    a = Cache(tmp_path / "A", remote=url, **kw)  # type: ignore[arg-type]
+    art = a.get_or_build("test", "victim", {"extra": {"v": 1}}, writer({"lib.so": b"genuine" * 100}))
+    return a, art
+
+
+def _refused(tmp_path: Path, url: str, match: str, **kw: object) -> Cache:
+    b = Cache(tmp_path / "B", remote=url, **kw)  # type: ignore[arg-type]
+    start = time.monotonic()
+    art, said = quiet(lambda: b.get_or_build("test", "victim", {"extra": {"v": 1}}, writer({"lib.so": b"local"})))
+    assert time.monotonic() - start < 8.0
+    assert art.origin == "built" and art.file().read_bytes() == b"local"
+    assert any(match in s for s in said), said
+    assert b.remote.stats["refused"] >= 1
+    logged = (b.store.layout.log / "remote-refused.jsonl").read_text()
+    assert match in logged
+    assert verify_store(b.store, full=True).clean
+    assert [m.read_bytes() for m in b.store.layout.blobs.rglob("*") if m.is_file()] == [b"local"]
+    return b
+
+
+@pytest.mark.parametrize("damage", ["altered", "truncated", "extended", "missing"])
+def test_a_damaged_blob_never_enters_the_store(tmp_path: Path, remote: tuple[str, Raw], damage: str) -> None:
+    url, raw = remote
+    _, art = _published(tmp_path, url)
+    sha = art.manifest.files[0].sha256
+    good = art.file().read_bytes()
+    if damage == "missing":
+        raw.delete_blob(sha)
+    else:
+        raw.put_blob(sha, {"altered": b"X" + good[1:], "truncated": good[:-10],
+                           "extended": good + b"!"}[damage])
+    match = {"altered": "altered", "truncated": "got 690 of 700", "extended": "longer than",
+             "missing": "missing on the remote"}[damage]
+    _refused(tmp_path, url, match)
+
+
+def test_a_manifest_with_altered_requirements_is_refused(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    _, art = _published(tmp_path, url)
+    doc = json.loads(raw.manifests("test", art.key)[art.variant])
+    doc["requirements"] = ["platform.os==linux"]  # widen where it may load
+    raw.put_manifest("test", art.key, art.variant, json.dumps(doc).encode())
+    _refused(tmp_path, url, "requirements were altered")
+
+
+def test_a_manifest_naming_parent_paths_is_refused(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    _, art = _published(tmp_path, url)
+    doc = json.loads(raw.manifests("test", art.key)[art.variant])
+    doc["files"] = {"../../../escape.so": doc["files"]["lib.so"]}
+    raw.put_manifest("test", art.key, art.variant, json.dumps(doc).encode())
+    _refused(tmp_path, url, "'..' part")
+    assert not (tmp_path / "escape.so").exists() and not list(tmp_path.rglob("escape.so"))
+
+
+def test_a_manifest_that_is_not_json_is_refused(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    _, art = _published(tmp_path, url)
+    raw.put_manifest("test", art.key, art.variant, b"\x00garbage{")
+    _refused(tmp_path, url, "not valid JSON")
+
+
+# ---- signing -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def keypair(tmp_path: Path) -> tuple[Path, Path]:
+    key = tmp_path / "keys" / "ci.key"
+    key.parent.mkdir()
+    keys.write_pair(key)
+    return key, key.with_name("ci.key.pub")
+
+
+def _publish_signed_then_trust(tmp_path: Path, url: str, keypair: tuple[Path, Path],
+                               monkeypatch: pytest.MonkeyPatch) -> object:
+    """Machine A (CI) publishes with the private key; later caches are the fleet, trusting its public key."""
+    monkeypatch.setenv("ABICACHE_SIGNING_KEY", str(keypair[0]))
+    _, art = _published(tmp_path, url)
+    monkeypatch.delenv("ABICACHE_SIGNING_KEY")
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", str(keypair[1]))
+    return art
+
+
+def test_signed_manifests_are_accepted_by_trusting_machines(
+        tmp_path: Path, remote: tuple[str, Raw], keypair: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, raw = remote
+    art = _publish_signed_then_trust(tmp_path, url, keypair, monkeypatch)
+    got = Cache(tmp_path / "B", remote=url).get_or_build("test", "victim", {"extra": {"v": 1}}, never)
+    assert got.origin == "remote" and got.manifest.signature.startswith("ed25519:")
+    stored = json.loads(raw.manifests("test", art.key)[art.variant])
+    assert stored["signature"] == got.manifest.signature
+
+
+def test_unsigned_manifests_are_refused_where_keys_are_trusted(
+        tmp_path: Path, remote: tuple[str, Raw], keypair: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, raw = remote
+    _published(tmp_path, url)
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", str(keypair[1]))
+    b = _refused(tmp_path, url, "unsigned")
+    assert not b.remote.writable  # it cannot sign, so it does not upload what others would refuse
+    assert raw.count_manifests() == 1
+
+
+def test_a_tampered_signed_manifest_is_refused(
+        tmp_path: Path, remote: tuple[str, Raw], keypair: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, raw = remote
+    art = _publish_signed_then_trust(tmp_path, url, keypair, monkeypatch)
+    a2 = Cache(tmp_path / "A2", remote=False)
+    evil = a2.get_or_build("test", "evil", {}, writer({"lib.so": b"evil code"}))
+    raw.put_blob(evil.manifest.files[0].sha256, b"evil code")
+    doc = json.loads(raw.manifests("test", art.key)[art.variant])
+    doc["files"]["lib.so"].update(sha256=evil.manifest.files[0].sha256, size=9)  # hashes match: only the signature can tell
+    raw.put_manifest("test", art.key, art.variant, json.dumps(doc).encode())
+    _refused(tmp_path, url, "tampered")
+
+
+def test_a_signature_by_an_untrusted_key_is_refused(
+        tmp_path: Path, remote: tuple[str, Raw], keypair: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = remote
+    monkeypatch.setenv("ABICACHE_SIGNING_KEY", str(keypair[0]))
+    _published(tmp_path, url)
+    other = tmp_path / "other.key"
+    public = keys.write_pair(other)
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", str(public))  # inline form
+    _refused(tmp_path, url, "not in ABICACHE_TRUSTED_KEYS")
+
+
+def test_signatures_survive_a_json_round_trip() -> None:
+    pem, public = keys.generate()
+    path = Path(os.environ["ABICACHE_DIR"]).parent / "k.pem"
+    path.write_bytes(pem)
+    signer = keys.load_signer(path)
+    from abicache.requirements import Requirements
+    from abicache.store.manifest import FileRecord, Manifest, parse, variant_id
+
+    reqs = Requirements.of(["python.abi==cp311"])
+    m = Manifest(key="a" * 64, variant=variant_id(reqs), kind="k", name="n",
+                 files=(FileRecord("f", "b" * 64, 1, 0o444),), requirements=reqs,
+                 inputs={"z": [1, 2], "a": {"b": 1.5}}, created=1, build_seconds=0)
+    signed = signer.sign(m)
+    assert keys.check(parse(signed.dumps()), (public,)) is None
+    assert "tampered" in keys.check(parse(signed._replace(name="m").dumps()), (public,))
+    assert "unsigned" in keys.check(m, (public,))
+
+
+# ---- concurrency -------------------------------------------------------------------
+
+RACER = r"""
+import hashlib, os, sys, time, json
+from pathlib import Path
+import abicache
+root, url, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))
+def build(out: Path) -> None:
+    time.sleep(0.2)
+    (out / "lib.so").write_bytes(os.urandom(50_000))  # every build differs: only one may win
+    (out / "sub").mkdir()
+    (out / "sub" / "pid.txt").write_text(str(os.getpid()))
+art = abicache.Cache(root, remote=url).get_or_build("test.race", "race", {"extra": {"v": 1}}, build)
+print(json.dumps({f: hashlib.sha256((art.path / f).read_bytes()).hexdigest() for f in art.files}))
+"""
+
+
+def test_eight_processes_on_two_roots_agree_on_one_published_entry(
+        tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    env = {**os.environ, "PYTHONPATH": str(SRC), **servers.CREDENTIALS}
+    start = time.time() + 1.5
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / ("A" if i % 2 else "B")), url,
+                               str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(8)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    results = {out.strip() for out, _ in outs}
+    assert len(results) == 1, results  # identical files everywhere
+    assert raw.count_manifests() == 1
+    (vdir,) = Cache(tmp_path / "A", remote=False).store.iter_variant_dirs()
+    (published,) = raw.manifests("test.race", vdir.parent.name).values()
+    files = json.loads(published)["files"]
+    assert {name: f["sha256"] for name, f in files.items()} == json.loads(results.pop())
+
+
+# ---- large transfers, import weight, CLI -----------------------------------------------
+
+
+def test_a_large_artifact_shows_progress_and_arrives_intact(
+        tmp_path: Path, remote: tuple[str, Raw], monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    url, _ = remote
+    big = os.urandom(40 << 20)
+    a, b = machines(tmp_path, url)
+    monkeypatch.setenv("ABICACHE_PROGRESS", "1")
+    a.get_or_build("test", "big", {}, writer({"big.bin": big}))
+    got = b.get_or_build("test", "big", {}, never)
+    err = capfd.readouterr().err
+    assert "uploading big.bin" in err and "downloading big.bin" in err and "100%" in err
+    assert got.file().read_bytes() == big
+
+
+def test_remote_clients_load_only_on_a_miss(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    Cache(tmp_path / "A", remote=url).get_or_build("test", "x", {}, writer({"f": b"1"}))
+    code = (
+        "import sys, abicache\n"
+        "heavy = ('obstore', 'redis', 'cryptography', 'boto3')\n"
+        "assert not [m for m in heavy if m in sys.modules], 'import'\n"
+        f"c = abicache.Cache({str(tmp_path / 'A')!r})\n"
+        "c.get_or_build('test', 'x', {}, lambda out: 1/0)\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_REMOTE": url, **servers.CREDENTIALS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"  # a local hit with a remote configured touches no client
+
+
+def test_cli_push_pull_remote_keys(tmp_path: Path, remote: tuple[str, Raw],
+                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from abicache.cli.main import main
+
+    url, raw = remote
+
+    def run(*argv: str) -> tuple[int, object]:
+        code = main(list(argv))
+        out = capsys.readouterr().out
+        return code, (json.loads(out) if "--json" in argv else out)
+
+    key = tmp_path / "ci.key"
+    code, doc = run("keys", "generate", str(key), "--json")
+    assert code == 0 and key.stat().st_mode & 0o077 == 0 and doc["public_key"].startswith("ed25519:")
+    assert main(["keys", "generate", str(key)]) == 2  # never overwrites a key
+    monkeypatch.setenv("ABICACHE_SIGNING_KEY", str(key))
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", doc["public_key"])
+    code, shown = run("keys", "show", "--json")
+    assert shown["signing_key_id"] == doc["key_id"] == shown["trusted"][0]["key_id"]
+
+    ci = Cache(tmp_path / "CI", remote=False)
+    for n in range(3):
+        ci.get_or_build("test", f"k{n}", {"extra": {"n": n}}, writer({"f.bin": os.urandom(100)}))
+    code, pushed = run("push", "--root", str(tmp_path / "CI"), "--remote", url, "--json")
+    assert code == 0 and [e["result"] for e in pushed["entries"]] == ["uploaded"] * 3
+    assert raw.count_manifests() == 3
+    code, again = run("push", "--root", str(tmp_path / "CI"), "--remote", url, "--json")
+    assert [e["result"] for e in again["entries"]] == ["present"] * 3
+
+    code, pulled = run("pull", "--root", str(tmp_path / "node"), "--remote", url, "--kind", "test", "--json")
+    assert code == 0 and sorted(e["name"] for e in pulled["entries"] if e["result"] == "fetched") == ["k0", "k1", "k2"]
+    node = Cache(tmp_path / "node", remote=False)
+    assert node.get_or_build("test", "k1", {"extra": {"n": 1}}, never).origin == "local"
+    code, pulled = run("pull", "--root", str(tmp_path / "node"), "--remote", url, "--json")
+    assert pulled["entries"] == []  # everything usable is already here
+
+    code, status = run("remote", "--remote", url, "--root", str(tmp_path / "node"), "--json")
+    assert code == 0 and status["reachable"] and status["writable"]
+    with pytest.warns(AbicacheWarning, match="skipping it"):
+        code, text = run("remote", "--remote", f"redis://127.0.0.1:{servers.refused_port()}/0",
+                         "--root", str(tmp_path / "node"))
+    assert code == 1 and "reachable" in text
