@@ -221,9 +221,11 @@ def _stable_plan(name: str, cpp: dict[str, str], torch: TorchInstall, target: st
                          f"({', '.join(candidates)}); the newest attempt:",
                          command=failures[-1].command, output=failures[-1].output)
 
-    # Never the installed torch version: the target is the contract.
+    # Never the installed torch version: the target is the contract. Nor its flavor:
+    # a CPU op built against +cpu loads into +cu128 alike, and an op that calls CUDA
+    # shims gets `torch.flavor in cuda` from the audit (bench/matrix found the key too fine).
     inputs = Inputs.make(cpp, flags=[*flags, *includes, "|", "-ltorch_cpu", *ldflags],
-                         tools=["compiler.cxx", "torch.flavor"], extra={"target": target or "auto"})
+                         tools=["compiler.cxx"], extra={"target": target or "auto"})
     declared = (f"torch.version >= {target}",) if target else ()
     return Plan("torch.stable", name, inputs, build, declared)
 

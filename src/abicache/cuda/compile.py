@@ -56,7 +56,7 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
     inputs = Inputs.make({f"{name}.cu": source}, flags=list(options),
                          extra={"arch": ",".join(archs), "output": output, "compiler": identity})
     target = _target_cache(cache, archs, identity)
-    art = target.get_or_build(f"cuda.{output}", name, inputs, build)
+    art = target.get_or_build(f"cuda.{output}", name, inputs, build, _driver_floor(identity))
     path = art.file()
     return Compiled(path.read_bytes(), path, art)
 
@@ -66,10 +66,22 @@ def _kernel_name(source: str) -> str:
     return match.group(1) if match else "kernel"
 
 
+def _toolkit(identity: str) -> re.Match[str] | None:
+    return re.search(r"(\d+)\.(\d+)", identity.split("release")[-1])
+
+
+def _driver_floor(identity: str) -> list[str]:
+    """A driver of the toolkit's major at least: NVIDIA supports code from a toolkit
+    only on drivers of its major or newer, and cubins carry no such mark of their own
+    (CUDA 13's have no tkinfo note; bench/matrix caught the gap)."""
+    toolkit = _toolkit(identity)
+    return [f"cuda.driver >= {toolkit.group(1)}.0"] if toolkit else []
+
+
 def _target_cache(cache: Cache, archs: list[str], identity: str) -> Cache:
     """The same store, judged for the device and toolkit the code was compiled for."""
     devices = sorted({f"sm_{t.major}{t.minor}" for t in map(parse_target, archs)})
-    toolkit = re.search(r"(\d+)\.(\d+)", identity.split("release")[-1])
+    toolkit = _toolkit(identity)
     overrides = {"gpu.arch": devices[0] if len(devices) == 1 else ",".join(devices)}
     if toolkit and not cache.facts.get("cuda.driver"):
         overrides["cuda.driver"] = f"{toolkit.group(1)}.{toolkit.group(2)}"
