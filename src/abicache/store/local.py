@@ -24,6 +24,10 @@ from .manifest import FileRecord, Manifest
 from .trust import ensure_private_root
 
 
+#: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
+BROKEN_PUBLISH = "ABICACHE_TEST_BROKEN_PUBLISH"
+
+
 class Store:
     def __init__(self, root: Path, *, shared: bool = False) -> None:
         self.layout = Layout(Path(root))
@@ -226,6 +230,8 @@ class Store:
         blobs.fsync_dir(stage)
         final = self.layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
         final.parent.mkdir(parents=True, exist_ok=True)
+        if os.environ.get(BROKEN_PUBLISH) == "1":
+            return self._copy_publish(stage, final, manifest)
         try:
             os.rename(stage, final)
         except OSError as exc:
@@ -233,6 +239,19 @@ class Store:
                 raise
             return final, False
         blobs.fsync_dir(final.parent)
+        self._index(manifest)
+        return final, True
+
+    def _copy_publish(self, stage: Path, final: Path, manifest: Manifest) -> tuple[Path, bool]:
+        """TEST ONLY (bench/faults.py and tests/test_crash.py prove the harness can
+        fail): publish by copying file by file, as hand-rolled caches do. A kill
+        leaves half-copied entries, and the copies are not the verified blobs;
+        never set BROKEN_PUBLISH outside those."""
+        import shutil
+
+        if final.exists():
+            return final, False
+        shutil.copytree(stage, final, copy_function=shutil.copyfile)  # file by file, bytes copied
         self._index(manifest)
         return final, True
 
