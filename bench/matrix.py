@@ -264,47 +264,56 @@ class Tally:
     examples: list[str] = field(default_factory=list)
 
 
-def simulate_scheme(scheme: Scheme) -> Tally:
-    tally, slots, built = Tally(), {}, {a: [] for a in ARTIFACTS}
-    for env in ENVS:
-        for art in ARTIFACTS:
-            k = scheme.key(art, env)
-            slot = slots.get(k)
-            stale = scheme.rebuild_on_command_change and slot and _command(art, slot) != _command(art, env)
-            if slot is not None and not stale:
-                if not truth(art, slot, env):
-                    tally.unsafe += 1
-                    tally.examples.append(f"{art}: {slot.label} -> {env.label}")
-                continue
-            tally.builds += 1
-            if any(same_build(art, b, env) for b in built[art]):
-                tally.needless += 1
-            slots[k] = env
-            built[art].append(env)
-    return tally
+# find(art, env) -> (the artifact's build environment if the cache would reuse it, or None;
+#                    a callable that records a build of art in env)
+Finder = Callable[[str, Env], "tuple[Env | None, Callable[[], None]]"]
 
 
-def simulate_abicache() -> Tally:
-    tally, store, built = Tally(), {}, {a: [] for a in ARTIFACTS}
+def simulate(find: Finder) -> Tally:
+    """Walk the environments in order; count unsafe reuses, needless rebuilds, builds."""
+    tally, built = Tally(), {a: [] for a in ARTIFACTS}
     for env in ENVS:
-        facts = facts_for(env)
         for art in ARTIFACTS:
-            kind, name, inputs, declared = abicache_plan(art, env, facts)
-            k = keys.compute(kind, name, inputs.describe(facts))
-            usable = [(b, reqs) for b, reqs in store.get(k, []) if reqs.satisfied_by(facts)]
-            if usable:
-                b = usable[0][0]
-                if not truth(art, b, env):
+            cached, record = find(art, env)
+            if cached is not None:
+                if not truth(art, cached, env):
                     tally.unsafe += 1
-                    tally.examples.append(f"{art}: {b.label} -> {env.label}")
+                    tally.examples.append(f"{art}: {cached.label} -> {env.label}")
                 continue
             tally.builds += 1
             if any(same_build(art, b, env) for b in built[art]):
                 tally.needless += 1
                 tally.examples.append(f"needless {art} in {env.label}")
-            store.setdefault(k, []).append((env, declared | requirements_of(art, env)))
+            record()
             built[art].append(env)
     return tally
+
+
+def simulate_scheme(scheme: Scheme) -> Tally:
+    slots: dict[Any, Env] = {}
+
+    def find(art: str, env: Env) -> tuple[Env | None, Callable[[], None]]:
+        k = scheme.key(art, env)
+        slot = slots.get(k)
+        if slot is not None and scheme.rebuild_on_command_change and _command(art, slot) != _command(art, env):
+            slot = None  # ninja rebuilds in place
+        return slot, lambda: slots.__setitem__(k, env)
+
+    return simulate(find)
+
+
+def simulate_abicache() -> Tally:
+    store: dict[str, list[tuple[Env, Requirements]]] = {}
+    facts = {env: facts_for(env) for env in ENVS}
+
+    def find(art: str, env: Env) -> tuple[Env | None, Callable[[], None]]:
+        kind, name, inputs, declared = abicache_plan(art, env, facts[env])
+        k = keys.compute(kind, name, inputs.describe(facts[env]))
+        usable = [b for b, reqs in store.get(k, []) if reqs.satisfied_by(facts[env])]
+        reqs = declared | requirements_of(art, env)
+        return (usable[0] if usable else None), lambda: store.setdefault(k, []).append((env, reqs))
+
+    return simulate(find)
 
 
 def minimum_builds() -> int:

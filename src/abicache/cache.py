@@ -18,7 +18,7 @@ from .env import Facts
 from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store.manifest import variant_id
+from .store.manifest import preference, variant_id
 
 if TYPE_CHECKING:
     from .explain import Explanation
@@ -168,8 +168,7 @@ class Cache:
                 continue
             if self.usable(manifest):
                 usable.append((vdir, manifest))
-        # The most specific variant first (like packaging.tags), then the newest.
-        usable.sort(key=lambda vm: (len(vm[1].requirements), vm[1].created), reverse=True)
+        usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in usable:
             if self._verified(vdir, manifest, verify):
                 self.store.touch(vdir, self.touch_interval)

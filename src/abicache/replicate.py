@@ -19,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple, Sequence
+from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 
 from . import progress
 from .errors import RefusedError
@@ -28,6 +28,8 @@ from .store import Store, blobs
 from .store import manifest as mf
 from .store.manifest import FileRecord, Manifest
 
+#: log/<this>.jsonl records every refusal (abicache stats, abicache remote)
+REFUSALS_LOG = "remote-refused"
 #: transfers at least this large show a progress bar
 BAR_BYTES = 32 << 20
 #: downloads at least this large hash and write on threads
@@ -61,7 +63,7 @@ def candidates(tier: Tier, store: Store, kind: str, key: str,
             continue
         if usable(manifest):
             found.append(manifest)
-    found.sort(key=lambda m: (len(m.requirements), m.created), reverse=True)
+    found.sort(key=mf.preference, reverse=True)
     return found
 
 
@@ -224,12 +226,12 @@ def refuse(tier: Tier, store: Store, reason: str) -> None:
     tier.stats["refused"] += 1
     warnings.warn(f"abicache: refused from remote {tier.name}: {reason}", AbicacheWarning, stacklevel=4)
     line = json.dumps({"time": time.time(), "remote": tier.name, "reason": reason, "pid": os.getpid()})
-    store.log_event("remote-refused", line)
+    store.log_event(REFUSALS_LOG, line)
 
 
 def _bar(label: str, total: int) -> ContextManager[progress.Advance]:
     return progress.bar(label, total, show=total >= BAR_BYTES)
 
 
-def refusals(store: Store) -> Sequence[dict[str, object]]:
-    return [json.loads(line) for line in store.read_events("remote-refused")]
+def refusal_count(store: Store) -> int:
+    return len(store.read_events(REFUSALS_LOG))

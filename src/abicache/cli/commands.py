@@ -12,6 +12,7 @@ from .. import config
 from ..cache import Cache
 from ..env import FACT_NAMES
 from ..errors import AbicacheError, ManifestError, NotFound
+from ..replicate import REFUSALS_LOG, refusal_count
 from ..store import Manifest
 from ..store.gc import collect_garbage, disk_usage
 from ..store.local import children
@@ -202,7 +203,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "stored_bytes": stored, "logical_bytes": logical,
         "quarantined": len([p for p in children(cache.store.layout.quarantine) if p.name != "damaged-blobs"]),
         "leftovers": len(children(cache.store.layout.tmp)),
-        "remote_refusals": len(cache.store.read_events("remote-refused")),
+        "remote_refusals": refusal_count(cache.store),
         "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
     }
     if args.json:
@@ -214,7 +215,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                f"({render.human_size(max(saved, 0))} saved by sharing)")
     if doc["remote_refusals"]:
         render.say(f"[red]{doc['remote_refusals']} downloads from a remote were refused[/] "
-                   f"(see {cache.store.layout.log / 'remote-refused.jsonl'})")
+                   f"(see {cache.store.layout.log / (REFUSALS_LOG + '.jsonl')})")
     render.table("by kind", ["kind", "entries", "size"],
                  [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
     return 0

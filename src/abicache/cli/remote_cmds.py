@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from ..cache import Cache
 from ..errors import ConfigError
+from ..replicate import refusal_count
 from ..store import Manifest
 from . import render
 from .commands import manifests_of
@@ -83,14 +84,12 @@ def _pull_one(cache: Cache, replicate: Any, kind: str, key: str, wanted: Callabl
     if cache.find(kind, key) is not None:
         return []  # already usable here
     refused = cache.remote.stats["refused"]
-    found = replicate.candidates(cache.remote, cache.store, kind, key, lambda m: wanted(m) and cache.usable(m))
+    got = replicate.fetch(cache.remote, cache.store, kind, key, lambda m: wanted(m) and cache.usable(m))
+    if got is not None:
+        return [_row(got.manifest, "fetched")]
     if cache.remote.stats["refused"] > refused:
         return [{"kind": kind, "name": "?", "key": key, "variant": "", "result": "refused"}]
-    for manifest in found:
-        got = replicate.download(cache.remote, cache.store, manifest)
-        if got is not None:
-            return [_row(manifest, "fetched")]
-    return [_row(m, "failed") for m in found[:1]]
+    return []  # nothing there that can load here (or the remote failed: the report says so)
 
 
 def _row(m: Manifest, result: str) -> dict[str, str]:
@@ -110,7 +109,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
         "writable": tier.writable, "reachable": answered is not None, "latency_ms": round(seconds * 1e3, 2),
         "error": tier.down, "signing_key": str(settings.signing_key or ""),
         "trusted_keys": [k.key_id for k in settings.trusted],
-        "refusals_logged": len(cache.store.read_events("remote-refused")),
+        "refusals_logged": refusal_count(cache.store),
     }
     if args.json:
         render.emit_json(doc)

@@ -87,6 +87,12 @@ class Manifest(NamedTuple):
         raise KeyError(path)
 
 
+def preference(manifest: Manifest) -> tuple[int, float]:
+    """Sort key among usable variants (reverse=True): the most specific first,
+    like packaging.tags, then the newest."""
+    return len(manifest.requirements), manifest.created
+
+
 def variant_id(requirements: Requirements) -> str:
     """One variant per distinct requirement set."""
     return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]

@@ -1,0 +1,36 @@
+"""bench/matrix's simulation as a regression test: abicache's real keys and
+requirements give no unsafe reuse and no needless rebuild over the matrix's
+environments, while the schemes it replaces are caught by the same harness."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+@pytest.fixture(scope="module")
+def matrix():  # type: ignore[no-untyped-def]
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("the torch frontends' plans need an installed torch (for its headers)")
+    import matrix as module
+
+    return module
+
+
+def test_abicache_reuses_nothing_unsafe_and_rebuilds_nothing_needlessly(matrix) -> None:  # type: ignore[no-untyped-def]
+    tally = matrix.simulate_abicache()
+    assert (tally.unsafe, tally.needless) == (0, 0), tally.examples
+    assert tally.builds == matrix.minimum_builds()
+
+
+def test_the_harness_catches_the_schemes_abicache_replaces(matrix) -> None:  # type: ignore[no-untyped-def]
+    tallies = {s.name: matrix.simulate_scheme(s) for s in matrix.SCHEMES}
+    assert all(t.unsafe > 0 for t in tallies.values()), {n: t.unsafe for n, t in tallies.items()}
+    torch_ext = tallies["torch cpp_extension"]
+    assert any("E4 torch patch 2.9.0" in e for e in torch_ext.examples)  # torch version not in its key
