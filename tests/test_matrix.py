@@ -11,15 +11,16 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
-
 
 @pytest.fixture(scope="module")
 def matrix():  # type: ignore[no-untyped-def]
     if importlib.util.find_spec("torch") is None:
         pytest.skip("the torch frontends' plans need an installed torch (for its headers)")
-    import matrix as module
-
+    # Loaded by path: bench/ also holds triton.py and cuda.py, which must not shadow the real ones.
+    spec = importlib.util.spec_from_file_location("abicache_bench_matrix", ROOT / "bench" / "matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
     return module
 
 
