@@ -1,6 +1,9 @@
-"""Fault injection at scale: crashes, concurrency, corruption, a full disk and
-every remote fault. Prints trials run, faults injected, corrupt entries seen,
-hangs and data lost; exits 1 if any of the last three is not zero.
+"""Fault injection at scale: crashes, concurrency, corruption, a full disk,
+every remote fault, and the store-safety attacks (bench/attacks.py: a hostile
+co-user, in-place edits under the default verify policy, a slow-drip Redis,
+broken states, oversize remote values). Prints trials run, faults injected,
+corrupt entries seen, hangs, data lost, planted loads, changed bytes run and
+unrecoverable keys; exits 1 if any count but the first two is not zero.
 
     python bench/faults.py                    # the full run (under 15 minutes on 2 cores)
     python bench/faults.py --quick            # a few trials of each
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 RESULTS = ROOT / "bench" / "results"
 
+import attacks  # noqa: E402
 import faultlib  # noqa: E402
 import servers  # noqa: E402
 from abicache import Cache, remote as remote_mod  # noqa: E402
@@ -42,6 +46,9 @@ class Row:
     corrupt: int = 0
     hangs: int = 0
     lost: int = 0
+    planted: int = 0  # loads of code another user planted
+    changed: int = 0  # loads that returned a changed byte
+    unrecoverable: int = 0  # keys that did not build or hit again
     seconds: float = 0.0
     note: str = ""
 
@@ -285,15 +292,21 @@ def main() -> int:
         (Row("bit flips in stored blobs"), byte_flips(work, max(1, int(10 * scale)))),
         (Row("disk full (ENOSPC)"), disk_full(work, max(5, int(40 * scale)))),
         (Row("remote faults (S3 + Redis)"), remote_faults(work, max(1, int(5 * scale)))),
+        (Row("hostile co-user plants code (as nobody)"), attacks.co_user(work, max(3, int(12 * scale)))),
+        (Row("bit flips in place, default verify policy"), attacks.default_policy_flips(work, max(2, int(6 * scale)))),
+        (Row("slow-drip Redis (1 byte/s)"), attacks.slow_drip(work, max(1, int(3 * scale)))),
+        (Row("broken states recover"), attacks.unrecoverable(work, max(1, int(5 * scale)))),
+        (Row("oversize remote values (memory)"), attacks.remote_memory(work, 256 << 20 if scale == 1 else 64 << 20)),
     ]
     rows = []
     for row, fn in plan:
         print(f"faults: {row.kind} ...", file=sys.stderr, flush=True)
         rows.append(timed(fn, row))
     shutil.rmtree(work, ignore_errors=True)
+    attacks.hostile.cleanup()
     report(rows)
     broken = os.environ.get("ABICACHE_TEST_BROKEN_PUBLISH") == "1"
-    bad = sum(r.corrupt + r.hangs + r.lost for r in rows)
+    bad = sum(r.corrupt + r.hangs + r.lost + r.planted + r.changed + r.unrecoverable for r in rows)
     if broken:
         print(f"broken publish switch on: the harness {'caught it' if bad else 'MISSED it'} ({bad} failures)")
     return 1 if bad else 0
@@ -304,12 +317,13 @@ def report(rows: list[Row]) -> None:
     from rich.table import Table
 
     t = Table(title="Fault injection", title_justify="left")
-    for col in ("trials of", "trials", "faults injected", "corrupt entries seen", "hangs", "data lost", "time", "notes"):
+    for col in ("trials of", "trials", "faults injected", "corrupt entries seen", "hangs", "data lost",
+                "planted loads", "changed bytes run", "unrecoverable keys", "time", "notes"):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(r.kind, str(r.trials), str(r.faults), str(r.corrupt), str(r.hangs), str(r.lost),
-                  f"{r.seconds:.0f} s", r.note)
-    Console(width=200).print(t)
+                  str(r.planted), str(r.changed), str(r.unrecoverable), f"{r.seconds:.0f} s", r.note)
+    Console(width=240).print(t)
     RESULTS.mkdir(exist_ok=True)
     name = "faults-broken.json" if os.environ.get("ABICACHE_TEST_BROKEN_PUBLISH") == "1" else "faults.json"
     (RESULTS / name).write_text(json.dumps([asdict(r) for r in rows], indent=1))

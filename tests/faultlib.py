@@ -13,6 +13,7 @@ from pathlib import Path
 import filelock  # noqa: F401  imported before forking, so children start building at once
 
 from abicache import Cache
+from abicache.store.manifest import RESERVED_PREFIX
 
 KEYS = 11  # contents repeat every KEYS trials: blobs are shared across keys
 
@@ -78,7 +79,8 @@ def partial_entries(cache: Cache, since: float = 0.0) -> list[str]:
             continue
         found = cache.store.full_problem(vdir, manifest)
         listed = sorted([f.path for f in manifest.files] + ["manifest.json"])
-        present = sorted(p.relative_to(vdir).as_posix() for p in vdir.rglob("*") if p.is_file())
+        present = sorted(p.relative_to(vdir).as_posix() for p in vdir.rglob("*")
+                         if p.is_file() and not p.name.startswith(RESERVED_PREFIX))  # stamps are the store's
         if found is not None or present != listed:
             problems.append(f"{vdir}: {found[0] if found else 'files differ from the manifest'}")
     return problems

@@ -138,3 +138,54 @@ def silent_server() -> Iterator[int]:
 def refused_port() -> int:
     """A port nothing listens on (connection refused)."""
     return free_port()
+
+
+@contextmanager
+def drip_proxy(upstream: int, seconds_per_byte: float) -> Iterator[int]:
+    """A TCP proxy to 127.0.0.1:upstream that passes requests at once and
+    answers one byte every `seconds_per_byte`: a server that is alive, never
+    silent for long, and hopelessly slow. Yields its port."""
+    import threading
+
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+
+    def pump(src: socket.socket, dst: socket.socket, drip: bool) -> None:
+        try:
+            while not stop.is_set():
+                data = src.recv(1 if drip else 65536)
+                if not data:
+                    break
+                dst.sendall(data)
+                if drip:
+                    stop.wait(seconds_per_byte)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            server = socket.create_connection(("127.0.0.1", upstream))
+            threading.Thread(target=pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, True), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join(2)
+        listener.close()

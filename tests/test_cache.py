@@ -171,8 +171,8 @@ def test_verify_full_reports_and_quarantines_then_the_next_call_rebuilds(cache: 
     with open(path, "r+b") as fh:
         fh.write(b"Z")
     path.chmod(0o444)
-    assert verify_store(cache.store, full=False).clean  # same size, same inode: quick can't tell
-    report = verify_store(cache.store, full=True)
+    report = verify_store(cache.store, full=False)  # same size, same inode: its ctime tells
+    assert not report.clean
     assert [p.where.split("/")[-1] for p in report.problems] == [art.variant]
     assert "sha256" in report.problems[0].reason
     assert not any(cache.store.iter_variant_dirs())
@@ -181,23 +181,34 @@ def test_verify_full_reports_and_quarantines_then_the_next_call_rebuilds(cache: 
     assert verify_store(cache.store, full=True).clean
 
 
-def test_old_entries_are_fully_verified_on_hit(cache: Cache, root: Path) -> None:
-    art = cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
-    art.file().chmod(0o644)
-    art.file().write_bytes(b"B" * 64)  # same size, same inode
-    art.file().chmod(0o444)
+def test_old_stamps_are_verified_in_full(cache: Cache, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache.store import blobs, stamps
+
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.05)
+    cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
+    time.sleep(0.1)
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64})).hit  # hashes, stamps
+    hashed: list[Path] = []
+    real = blobs.hash_file
+    monkeypatch.setattr(blobs, "hash_file", lambda p: hashed.append(p) or real(p))
     assert Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64})).hit
-    with pytest.warns(AbicacheWarning):
-        aged = Cache(root, verify_age=0).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
-    assert not aged.hit and aged.file().read_bytes() == b"A" * 64
+    assert hashed == []  # the stamp vouches
+    assert Cache(root, verify_age=0).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64})).hit
+    assert len(hashed) == 1  # too old a stamp: hashed in full
 
 
-def test_a_missing_or_replaced_file_fails_the_quick_check(cache: Cache, root: Path) -> None:
+@pytest.mark.parametrize("replacement,problem", [(None, "missing"), (0o644, "writable"), (0o444, None)])
+def test_a_missing_or_replaced_file(cache: Cache, root: Path, replacement: int | None, problem: str | None) -> None:
     art = cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
-    art.path.chmod(0o755)
+    art.path.chmod(0o700)
     art.file().unlink()
-    art.file().write_bytes(b"A" * 64)  # a new inode: no longer the blob
-    with pytest.warns(AbicacheWarning, match="no longer the blob"):
+    if replacement is not None:
+        art.file().write_bytes(b"A" * 64)  # a new inode with the same bytes
+        art.file().chmod(replacement)
+    if problem is None:  # the bytes are the manifest's: hashed, and used
+        assert Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64})).hit
+        return
+    with pytest.warns(AbicacheWarning, match=problem):
         assert not Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64})).hit
 
 
@@ -215,9 +226,13 @@ def test_last_use_is_written_at_most_once_per_interval(root: Path) -> None:
                                             (0o770, False, False), (0o770, True, True),
                                             (0o777, True, False)])
 def test_root_permissions(root: Path, mode: int, shared: bool, ok: bool) -> None:
+    import grp
+
     root.mkdir()
     root.chmod(mode)
-    cache = Cache(root, shared=shared)
+    if shared:  # a shared root belongs to the named group
+        os.chown(root, -1, os.getegid())
+    cache = Cache(root, shared=grp.getgrgid(os.getegid()).gr_name if shared else False)
     if ok:
         cache.get_or_build("t", "x", INPUTS, writer({"f": "x"}))
         return

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from . import config, key as keys
 from ._version import __version__
 from .env import Facts
-from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError
+from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError, UsageError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store.manifest import preference, variant_id
+from .store.manifest import check_text, preference, variant_id
+from .store.trust import group_setting
 
 if TYPE_CHECKING:
     from .explain import Explanation
@@ -80,7 +81,10 @@ def _as_inputs(inputs: keys.Inputs | Mapping[str, Any]) -> keys.Inputs:
 class Cache:
     """A local store plus the facts it checks requirements against.
 
-    verify_age: seconds after which a hit re-hashes its files (ABICACHE_VERIFY_AGE).
+    shared: the group whose members may write a shared store (ABICACHE_SHARED);
+        None reads the environment, False keeps the store private.
+    verify_age: seconds after which a hit re-hashes every file, stamped or not
+        (ABICACHE_VERIFY_AGE); a file whose stamp no longer matches is re-hashed at once.
     touch_interval: seconds between last-use updates (ABICACHE_TOUCH_INTERVAL).
     lock_timeout: seconds to wait for another builder (ABICACHE_LOCK_TIMEOUT).
     audit: detects requirements from built files (default: abicache.audit.detect).
@@ -93,7 +97,7 @@ class Cache:
         root: str | os.PathLike[str] | None = None,
         *,
         facts: Facts | None = None,
-        shared: bool | None = None,
+        shared: str | bool | None = None,
         verify_age: float | None = None,
         touch_interval: float | None = None,
         lock_timeout: float | None = None,
@@ -101,8 +105,8 @@ class Cache:
         remote: str | RemoteSettings | bool | None = None,
     ) -> None:
         self.root = Path(root) if root is not None else config.default_root()
-        share = config.flag("ABICACHE_SHARED") if shared is None else shared
-        self.store = Store(self.root, shared=share)
+        group = group_setting(config.text("ABICACHE_SHARED") if shared is None else shared)
+        self.store = Store(self.root, group=group)
         self.facts = facts if facts is not None else Facts(memo_dir=self.store.layout.tools)
         self.verify_age = config.seconds("ABICACHE_VERIFY_AGE") if verify_age is None else verify_age
         self.touch_interval = (
@@ -159,14 +163,8 @@ class Cache:
     def _find(self, kind: str, key: str, verify: str) -> Artifact | None:
         usable = []
         for vdir in self.store.variant_dirs(kind, key):
-            try:
-                manifest = self.store.read_manifest(vdir)
-            except FileNotFoundError:
-                continue  # being published or removed right now
-            except (ManifestError, OSError) as exc:
-                self._reject(vdir, f"unreadable manifest: {exc}")
-                continue
-            if self.usable(manifest):
+            manifest = self._manifest(vdir)
+            if manifest is not None and self.usable(manifest):
                 usable.append((vdir, manifest))
         usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in usable:
@@ -174,6 +172,18 @@ class Cache:
                 self.store.touch(vdir, self.touch_interval)
                 return _artifact(vdir, manifest, "local")
         return None
+
+    def _manifest(self, vdir: Path) -> Manifest | None:
+        """A variant's manifest, or None (a bad one is quarantined)."""
+        try:
+            return self.store.read_manifest(vdir)
+        except FileNotFoundError:
+            if os.path.lexists(vdir):  # publish and removal move whole folders: this never heals
+                self._reject(vdir, "no manifest.json")
+            return None  # removed by gc or quarantined by another process just now
+        except (ManifestError, OSError) as exc:
+            self._reject(vdir, f"unreadable manifest: {exc}")
+            return None
 
     def find(self, kind: str, key: str) -> Artifact | None:
         """The local entry for a key that holds here, if any (no remote, no build)."""
@@ -194,17 +204,10 @@ class Cache:
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
-        full = verify == "full" or self.store.verified_age(vdir) > self.verify_age
-        if not full:
-            problem = self.store.quick_problem(vdir, manifest)
-            damaged: list[str] = []
-        else:
-            found = self.store.full_problem(vdir, manifest)
-            problem, damaged = found if found else (None, [])
-            if problem is None:
-                self.store.mark_verified(vdir)
-        if problem is not None:
-            self._reject(vdir, problem, damaged)
+        found = self.store.check(vdir, manifest, full=verify == "full", max_age=self.verify_age)
+        if found is not None:
+            reason, damaged, offender = found
+            self._reject(offender, reason, damaged)
             return False
         return True
 
@@ -231,16 +234,18 @@ class Cache:
     ) -> Artifact:
         """The cached artifact for these inputs, building it once if needed.
 
-        verify: "quick" (sizes and blob identity) or "full" (sha256 of every file).
+        verify: "quick" (owners, modes, sizes and stamps; a file its stamp cannot
+        vouch for is hashed) or "full" (sha256 of every file).
         """
         if verify not in ("quick", "full"):
-            raise ValueError(f"verify must be 'quick' or 'full', not {verify!r}")
+            raise UsageError(f"verify must be 'quick' or 'full', not {verify!r}")
         inputs = _as_inputs(inputs)
         declared = Requirements.of(requires)
         memo_key = (kind, name, inputs, declared, verify)
         found = self._memo.get(memo_key)
         if found is not None and os.path.isdir(found.path):
             return found
+        _check_name(name)
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
         found = self._find(kind, key, verify)
@@ -249,8 +254,9 @@ class Cache:
             from .store.lock import key_lock  # filelock: only on a miss
 
             self._log_miss(kind, name, described, key)
-            with key_lock(self.store.layout.lock_file(key), f"{kind} {name}",
-                          self.lock_timeout, progress.note):
+            lock = self.store.layout.lock_file(key)
+            self.store.make_dir(lock.parent)
+            with key_lock(lock, f"{kind} {name}", self.lock_timeout, progress.note, self.store.trust.file_mode):
                 # another process may have built it, or another machine
                 found = self._find(kind, key, verify) or self._fetch(kind, key)
                 if found is None:
@@ -271,8 +277,7 @@ class Cache:
             start = time.perf_counter()
             learned = build(stage)
             seconds = time.perf_counter() - start
-            if isinstance(learned, (Requirements, list, tuple)) and learned:
-                declared = declared | Requirements.of(learned)
+            declared = declared | _learned(learned)
             paths = self.store.collect(stage)
             detected, summary = self.audit(stage, paths, declared, self.facts)
             reqs = declared | detected
@@ -302,10 +307,22 @@ class Cache:
             adopted = self._share(stage, manifest)
             if adopted is not None:
                 return adopted
+            return self._commit(stage, manifest, "built")
+
+    def _commit(self, stage: Path, manifest: Manifest, origin: str) -> Artifact:
+        """Commit; if another process committed this variant first, its entry
+        is used only after the same checks as any hit (else it is quarantined
+        and ours takes its place)."""
+        for _ in range(3):
             vdir, won = self.store.commit(stage, manifest)
-            if not won:
-                manifest = self.store.read_manifest(vdir)
-            return _artifact(vdir, manifest, "built")
+            if won:
+                return _artifact(vdir, manifest, origin)
+            theirs = self._manifest(vdir)
+            if theirs is not None and self.usable(theirs) and self._verified(vdir, theirs, "quick"):
+                return _artifact(vdir, theirs, origin)
+            if theirs is not None and os.path.isdir(vdir):
+                self._reject(vdir, "not usable here, yet filed under this variant")
+        raise BuildError(f"could not publish {manifest.kind} {manifest.name!r}: {vdir} keeps coming back")
 
     def _share(self, stage: Path, manifest: Manifest) -> Artifact | None:
         """Publish to the remote before committing locally. If another machine
@@ -319,8 +336,7 @@ class Cache:
         if winner is None:
             return None
         if winner.files == manifest.files:  # a reproducible build: same bytes, keep the signed manifest
-            vdir, _ = self.store.commit(stage, winner)
-            return _artifact(vdir, self.store.read_manifest(vdir), "built")
+            return self._commit(stage, winner, "built")
         got = replicate.download(self.remote, self.store, winner)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
@@ -369,6 +385,26 @@ def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:
     else:
         settings = remote
     return tier_for(settings) if settings is not None else None
+
+
+def _learned(returned: Any) -> Requirements:
+    """What a builder declared by returning it: a Requirements, or a list or
+    tuple of requirement strings. Anything else (a write_text() count, a
+    tuple of other things) is not a declaration and is ignored."""
+    if isinstance(returned, Requirements):
+        return returned
+    if isinstance(returned, (list, tuple)) and returned and all(isinstance(r, (str, Requirement)) for r in returned):
+        return Requirements.of(returned)
+    return Requirements()
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise UsageError(f"artifact name {name!r} must be a non-empty string of at most 1024 characters")
+    try:
+        check_text(name, "artifact name")
+    except ManifestError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _qualname(build: Builder) -> str:

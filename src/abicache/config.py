@@ -6,6 +6,7 @@ can list them from one place.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from .errors import ConfigError
 #: variable name -> (default, meaning); the docs are generated from this table.
 VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_DIR": ("<user cache dir>/abicache", "root of the local store"),
-    "ABICACHE_SHARED": ("0", "1: allow a group-writable root shared by several users"),
+    "ABICACHE_SHARED": ("", "a group name: the store is shared by that group's members "
+                        "(setgid, group-writable); empty: private to you"),
     "ABICACHE_VERIFY_AGE": ("604800", "seconds after which a hit re-hashes the files in full"),
     "ABICACHE_TOUCH_INTERVAL": ("600", "seconds between two last-use updates of one entry"),
     "ABICACHE_LOCK_TIMEOUT": ("900", "seconds to wait for another process building the same key"),
@@ -52,16 +54,21 @@ def text(name: str) -> str:
     return "" if default.startswith("<") else default
 
 
+#: ten years: the largest number of seconds any setting takes
+MAX_SECONDS = 10 * 365 * 86400.0
+
+
 def seconds(name: str) -> float:
-    """A non-negative number of seconds from the environment, or its default."""
+    """A finite number of seconds from 0 to MAX_SECONDS, or the default."""
     raw = os.environ.get(name, VARIABLES[name][0])
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if value < 0:
+        value = math.nan
+    if not 0 <= value <= MAX_SECONDS:  # also refuses nan and inf
         raise ConfigError(
-            f"{name}={raw!r} is not a number of seconds; set it to a value like {VARIABLES[name][0]}"
+            f"{name}={raw!r} is not a number of seconds from 0 to {MAX_SECONDS:.0f}; "
+            f"set it to a value like {VARIABLES[name][0]}"
         )
     return value
 

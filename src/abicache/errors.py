@@ -19,6 +19,10 @@ class RequirementSyntaxError(AbicacheError, ValueError):
     """A requirement string does not follow the grammar."""
 
 
+class UsageError(AbicacheError, ValueError):
+    """An argument abicache cannot use (an unusable artifact name, say)."""
+
+
 class ManifestError(AbicacheError):
     """A manifest is malformed, hostile, or from an unknown schema."""
 

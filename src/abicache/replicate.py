@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 
 from . import progress
-from .errors import RefusedError
+from .errors import ManifestError, RefusedError
 from .remote import Tier
 from .store import Store, blobs
 from .store import manifest as mf
@@ -88,9 +88,15 @@ def download(tier: Tier, store: Store, manifest: Manifest) -> Fetched | None:
                 if problem:
                     refuse(tier, store, f"{manifest.kind} {manifest.name}: {problem}")
                 return None
-        vdir, _ = store.commit_verified(stage, manifest)
-    store.mark_verified(vdir)
-    return Fetched(vdir, store.read_manifest(vdir))
+        vdir, won = store.commit_verified(stage, manifest)
+    if won:
+        return Fetched(vdir, manifest)
+    # Another process committed this variant first: use it only if it checks out.
+    try:
+        theirs = store.read_manifest(vdir)
+    except (OSError, ManifestError):
+        return None
+    return Fetched(vdir, theirs) if store.check(vdir, theirs) is None else None
 
 
 def _get_file(tier: Tier, store: Store, record: FileRecord, dest: Path) -> str | None:

@@ -175,7 +175,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         render.emit_json({**report.__dict__, "problems": [p.__dict__ for p in report.problems],
                           "clean": report.clean, "full": args.full})
     else:
-        mode = "full (sha256)" if args.full else "quick (sizes, links)"
+        mode = "full (sha256)" if args.full else "quick (owners, sizes, stamps)"
         render.say(f"verified {report.entries} entries, {report.blobs} blobs, "
                    f"{render.human_size(report.bytes_hashed)} hashed, {mode}, in {report.seconds:.2f} s")
         if report.leftovers:

@@ -1,23 +1,53 @@
 """Redis (or Valkey, KeyDB) through redis-py.
 
-One hash per key holds its variants' manifests (HSETNX: first writer wins,
-and one HGETALL fetches them all); one string per blob. Large blobs move in
-pieces (APPEND to a temporary key, then an atomic RENAMENX), so neither side
-holds a whole 100 MB value in memory. Redis caps a value at 512 MB.
+One hash per key holds its variants' manifests (HSETNX: first writer wins);
+one string per blob. Large blobs move in pieces (APPEND to a temporary key,
+then an atomic RENAMENX), so neither side holds a whole 100 MB value in
+memory. Redis caps a value at 512 MB.
+
+Bounded before trusted: every call has a total deadline (not one per read:
+a server that drips a byte a second never trips a per-read timeout), and
+nothing is read whose size was not checked first. Manifests come from a
+server-side script that returns only values within the limit; blobs are
+read with GETRANGE up to one byte past their announced size.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Sink, first_line
+from .backend import CHUNK, MIN_RATE, Advance, Sink, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
 _TEMP_TTL = 3600  # an upload interrupted by a crash disappears after an hour
+#: at most this many variants per key are considered
+MAX_VARIANTS = 256
+# [variant, size, ...] for variant names of at most 64 bytes: sizes are
+# counted on the server, so the client never receives an oversize value.
+_SIZES_LUA = """
+local out, n = {}, 0
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  n = n + 1
+  if n > tonumber(ARGV[1]) then break end
+  if #f <= 64 then
+    out[#out + 1] = f
+    out[#out + 1] = redis.call('HSTRLEN', KEYS[1], f)
+  end
+end
+return out
+"""
+# The value, if it is (still) no larger than the limit; else false.
+_GET_LUA = """
+if redis.call('HSTRLEN', KEYS[1], ARGV[1]) <= tonumber(ARGV[2]) then
+  return redis.call('HGET', KEYS[1], ARGV[1])
+end
+return false
+"""
 
 
 class RedisBackend:
@@ -27,6 +57,7 @@ class RedisBackend:
         from redis.retry import Retry
 
         self._url = url
+        self._timeout = timeout
         self._errors: tuple[type[Exception], ...] = (redis.RedisError,)
         self._prefix = url.option("prefix", "abicache")
         self._r = redis.Redis.from_url(
@@ -40,15 +71,38 @@ class RedisBackend:
     def _name(self, *parts: str) -> str:
         return ":".join((self._prefix, "v1") + parts)
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, size: int = 0) -> Any:
+        """One operation, bounded in total by timeout + size / MIN_RATE seconds:
+        past that, its connections are cut (repeatedly, so a retry is cut too)."""
+        deadline = _Deadline(self._timeout + size / MIN_RATE, self._cut)
         try:
-            return fn(*args)
-        except self._errors as exc:
-            raise RemoteError(f"{what} failed ({first_line(exc)})") from None
+            with deadline:
+                return fn(*args)
+        except Exception as exc:  # noqa: BLE001  a cut connection fails in many ways
+            if deadline.expired:
+                raise RemoteError(f"{what} took over {deadline.seconds:.0f} s (a stalled or very slow "
+                                  "server); giving up") from None
+            if isinstance(exc, self._errors):
+                raise RemoteError(f"{what} failed ({first_line(exc)})") from None
+            raise
+
+    def _cut(self) -> None:
+        try:
+            self._r.connection_pool.disconnect(inuse_connections=True)
+        except Exception:  # noqa: BLE001  best effort from the watchdog thread
+            pass
 
     def manifests(self, kind: str, key: str, limit: int) -> dict[str, bytes | None]:
-        found = self._call("reading manifests", self._r.hgetall, self._name("m", kind, key))
-        return {v.decode(): (d if len(d) <= limit else None) for v, d in found.items()}
+        name = self._name("m", kind, key)
+        sizes = self._call("listing manifests", self._r.eval, _SIZES_LUA, 1, name, MAX_VARIANTS)
+        out: dict[str, bytes | None] = {}
+        for variant, size in zip(sizes[0::2], sizes[1::2]):
+            data = None
+            if int(size) <= limit:
+                data = self._call("reading a manifest", self._r.eval, _GET_LUA, 1, name, variant, limit,
+                                  size=int(size)) or None
+            out[variant.decode("utf-8", "replace")] = data if data is None or len(data) <= limit else None
+        return out
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         return bool(self._call("writing a manifest", self._r.hsetnx, self._name("m", kind, key), variant, data))
@@ -57,20 +111,16 @@ class RedisBackend:
         return bool(self._call("checking a blob", self._r.exists, self._name("b", sha256)))
 
     def read_blob(self, sha256: str, size: int, sink: Sink) -> bool:
-        name = self._name("b", sha256)
-        if size <= CHUNK:
-            data = self._call("downloading a blob", self._r.get, name)
-            if data is None:
-                return False
-            sink(data)
-            return True
         # Blobs never change once written, so reading in ranges is consistent;
-        # a range past the end comes back empty and ends the loop early.
+        # a range past the end comes back empty and ends the loop early. Never
+        # more than size + 1 bytes are asked for: one too many proves "too long".
+        name = self._name("b", sha256)
         if not self._call("checking a blob", self._r.exists, name):
             return False
         offset = 0
         while offset < size + 1:
-            piece = self._call("downloading a blob", self._r.getrange, name, offset, offset + CHUNK - 1)
+            end = min(offset + CHUNK, size + 1) - 1
+            piece = self._call("downloading a blob", self._r.getrange, name, offset, end, size=end + 1 - offset)
             if not piece:
                 break
             sink(piece)
@@ -83,13 +133,13 @@ class RedisBackend:
         name = self._name("b", sha256)
         if size <= CHUNK:
             data = path.read_bytes()
-            self._call("uploading a blob", lambda: self._r.set(name, data, nx=True))
+            self._call("uploading a blob", lambda: self._r.set(name, data, nx=True), size=size)
             advance(len(data))
             return
         temp = self._name("tmp", uuid.uuid4().hex)
         with open(path, "rb") as fh:
             while chunk := fh.read(CHUNK):
-                self._call("uploading a blob", self._r.append, temp, chunk)
+                self._call("uploading a blob", self._r.append, temp, chunk, size=len(chunk))
                 self._call("uploading a blob", self._r.expire, temp, _TEMP_TTL)
                 advance(len(chunk))
         pipe = self._r.pipeline(transaction=True)
@@ -111,3 +161,29 @@ class RedisBackend:
             self._r.close()
         except self._errors:
             pass
+
+
+class _Deadline:
+    """Calls `cut` from a watchdog thread once `seconds` have passed, and every
+    0.2 s after that until the block ends."""
+
+    def __init__(self, seconds: float, cut: Any) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._cut = cut
+        self._done = threading.Event()
+
+    def __enter__(self) -> _Deadline:
+        threading.Thread(target=self._watch, daemon=True, name="abicache-deadline").start()
+        return self
+
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        self.expired = True
+        while not self._done.is_set():
+            self._cut()
+            self._done.wait(0.2)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()

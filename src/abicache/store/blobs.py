@@ -7,9 +7,12 @@ referenced by no entry (garbage).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 from .manifest import FileRecord
 
@@ -43,39 +46,54 @@ def fsync_dir(path: Path) -> None:
         pass  # some filesystems cannot fsync a directory; rename is still atomic
 
 
-def adopt(path: Path, blob: Path, record: FileRecord, aside: Path) -> None:
+def adopt(path: Path, blob: Path, record: FileRecord, place: Callable[[Path], None]) -> None:
     """Make `path` a hard link to `blob`: either it becomes the blob, or it is
-    replaced by a link to the blob already there. Races with other publishers
-    and with gc removing the blob are retried."""
-    os.chmod(path, record.mode)
+    replaced by a link to the blob already there. `place(blob)` makes the
+    blob's folder and moves aside anything there the store may not trust.
+    Races with other publishers and with gc removing the blob are retried; a
+    blob at the filesystem's hard-link limit is replaced by this file."""
+    os.chmod(path, record.mode)  # our own inode: ingest copied anything linked from outside
+    mine = os.lstat(path)
     for _ in range(5):
+        place(blob)
         try:
-            existing = os.stat(blob)
+            existing = os.lstat(blob)
         except FileNotFoundError:
             fsync_file(path)
-            blob.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.link(path, blob)
                 return
             except FileExistsError:
                 continue  # another publisher made it first: link to theirs
+        if (existing.st_ino, existing.st_dev) == (mine.st_ino, mine.st_dev):
+            return  # already the blob (a remote fetch linked it)
         if existing.st_size != record.size:
-            # A damaged blob: move it aside rather than spread it to a new entry.
-            _set_aside(blob, aside)
+            _move_aside(blob)  # a damaged blob: never spread it to a new entry
             continue
-        temp = path.with_name(path.name + ".abicache-link")
+        temp = path.with_name(f".abicache-link-{os.getpid()}-{time.monotonic_ns()}")
         try:
             os.link(blob, temp)
         except FileNotFoundError:
             continue  # gc removed it between stat and link
+        except OSError as exc:
+            if exc.errno != errno.EMLINK:
+                raise
+            _replace(blob, path)  # the old blob keeps serving the entries that link it
+            return
         os.replace(temp, path)
         return
     raise OSError(f"could not link {path} into the blob store at {blob}")
 
 
-def _set_aside(blob: Path, aside: Path) -> None:
-    aside.mkdir(parents=True, exist_ok=True)
+def _replace(blob: Path, path: Path) -> None:
+    temp = blob.with_name(f".{blob.name}.{os.getpid()}-{time.monotonic_ns()}")
+    fsync_file(path)
+    os.link(path, temp)
+    os.replace(temp, blob)
+
+
+def _move_aside(blob: Path) -> None:
     try:
-        os.replace(blob, aside / f"{blob.name}.{os.getpid()}")
+        os.replace(blob, blob.with_name(f".damaged-{blob.name}.{os.getpid()}"))
     except FileNotFoundError:
         pass

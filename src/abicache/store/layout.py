@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 LAYOUT_VERSION = "v1"
+#: the folders under <root>/v1, made (and checked) by Store.ensure
+FOLDERS = ("entries", "blobs", "tmp", "locks", "quarantine", "trash", "index", "log", "tools")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _HEX = re.compile(r"^[0-9a-f]{16,64}$")
 

@@ -13,56 +13,103 @@ import errno
 import os
 import stat
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import BuildError, ManifestError
-from . import blobs, manifest as mf
-from .layout import Layout, check_hex
+from ..errors import AbicacheWarning, BuildError, ManifestError, UntrustedRootError
+from . import blobs, manifest as mf, stamps
+from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex
 from .manifest import FileRecord, Manifest
-from .trust import ensure_private_root
+from .trust import Trust, ensure_root, walk_dirs
 
+
+#: roots already checked in this process: (root as given, group) -> resolved root
+_ENSURED: dict[tuple[str, str | None], Path] = {}
 
 #: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
 BROKEN_PUBLISH = "ABICACHE_TEST_BROKEN_PUBLISH"
 
 
 class Store:
-    def __init__(self, root: Path, *, shared: bool = False) -> None:
+    """One store root. `group` names the trusted group of a shared store
+    (ABICACHE_SHARED); None keeps it private to the user (see trust.py)."""
+
+    def __init__(self, root: Path, *, group: str | None = None) -> None:
         self.layout = Layout(Path(root))
-        self.shared = shared
+        self.trust = Trust(group)
         self._ready = False
 
     @property
     def root(self) -> Path:
         return self.layout.root
 
+    @property
+    def shared(self) -> bool:
+        return self.trust.shared
+
     def ensure(self) -> None:
-        """Check the root is ours (once per process) and create the layout."""
+        """Check the root and the layout (once per process and root), creating
+        and repairing what is missing or left open. A folder deleted later is
+        made again where it is next needed (make_dir)."""
         if self._ready:
             return
-        ensure_private_root(self.layout.root, shared=self.shared)
-        if not self.layout.entries.is_dir():
-            ensure_private_root(self.layout.base, shared=self.shared)
-            for folder in ("entries", "blobs", "tmp", "locks", "quarantine", "trash", "index"):
-                (self.layout.base / folder).mkdir(exist_ok=True)
+        memo = (os.fspath(self.layout.root), self.trust.group)
+        real = _ENSURED.get(memo)
+        if real is None:
+            real = ensure_root(self.layout.root, self.trust)
+            base = os.path.join(real, LAYOUT_VERSION)
+            self._ensure_folder(base)
+            for folder in FOLDERS:
+                self._ensure_folder(os.path.join(base, folder))
+            _ENSURED[memo] = real
+        self.layout = Layout(real)
         self._ready = True
+
+    def _ensure_folder(self, path: str) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self.make_dir(Path(path))
+            return
+        if self.trust.ok(st) and stat.S_ISDIR(st.st_mode):
+            return
+        problem = self.trust.problem(st, path)
+        if not stat.S_ISDIR(st.st_mode) or not self.trust.trusted_owner(st.st_uid):
+            raise UntrustedRootError(
+                f"{problem or f'{path} is not a directory'}: someone else may have put it there. "
+                f"Move it away (mv {path} {path}.suspect) and abicache will make a new one."
+            )
+        self._tighten(Path(path), st)
+
+    def _tighten(self, path: Path, st: os.stat_result) -> None:
+        """A folder of ours that others may write (an older abicache under umask 000):
+        give it our mode, and say so."""
+        self.trust.fix_dir(path)
+        warnings.warn(f"abicache: {path} was writable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                      f"set it to {self.trust.dir_mode:o}", AbicacheWarning, stacklevel=5)
+
+    def make_dir(self, path: Path) -> None:
+        """A folder of the store, made with the store's mode whatever the umask."""
+        self.trust.make_dir(path)
 
     # ---- read side -------------------------------------------------------
 
     def variant_dirs(self, kind: str, key: str) -> list[Path]:
-        try:
-            with os.scandir(self.layout.key_dir(kind, key)) as it:
-                return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        return _subdirs(self.layout.key_dir(kind, key))
 
     def read_manifest(self, vdir: Path) -> Manifest:
-        """The validated manifest of a variant dir; it must describe that very dir."""
-        path = vdir / mf.FILENAME
-        with open(path, "rb") as fh:
-            data = fh.read(mf.MAX_BYTES + 1)
+        """The validated manifest of a variant dir; it must describe that very
+        dir, be ours (owner and mode), and have the variant id its requirements give."""
+        fd = os.open(vdir / mf.FILENAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if not self.trust.ok(st):
+                raise ManifestError(self.trust.problem(st, mf.FILENAME) or "untrusted")
+            data = _read_upto(fd, mf.MAX_BYTES + 1)
+        finally:
+            os.close(fd)
         manifest = mf.parse(data)
         where = (vdir.parent.parent.parent.name, vdir.parent.name, vdir.name)
         if (manifest.kind, manifest.key, manifest.variant) != where:
@@ -70,48 +117,86 @@ class Store:
                 f"manifest in {vdir} describes {manifest.kind}/{manifest.key[:16]}/"
                 f"{manifest.variant}, not this entry"
             )
+        if mf.variant_id(manifest.requirements) != manifest.variant:
+            raise ManifestError(f"manifest in {vdir}: its requirements do not give its variant id (edited)")
         return manifest
 
-    def quick_problem(self, vdir: Path, manifest: Manifest) -> str | None:
-        """Sizes, modes and blob identity; no hashing."""
-        for record in manifest.files:
+    def chain_problem(self, vdir: Path) -> tuple[str, Path] | None:
+        """Every folder from entries/<kind> down to the variant must be a real
+        folder we trust: (why not, the outermost offender) otherwise. Folders of
+        ours that others may write are repaired (and the entry fully checked)."""
+        v = os.fspath(vdir)
+        key = os.path.dirname(v)
+        prefix = os.path.dirname(key)
+        for name in (os.path.dirname(prefix), prefix, key, v):
             try:
-                st = os.stat(vdir / record.path)
-                blob = os.stat(self.layout.blob(record.sha256, record.executable))
-            except FileNotFoundError as exc:
-                return f"{record.path}: missing ({exc.filename})"
-            if st.st_size != record.size:
-                return f"{record.path}: size {st.st_size}, manifest says {record.size}"
-            if (st.st_ino, st.st_dev) != (blob.st_ino, blob.st_dev):
-                return f"{record.path}: no longer the blob {record.sha256[:16]}"
-            if st.st_mode & 0o222:
-                return f"{record.path}: writable (mode {stat.S_IMODE(st.st_mode):o})"
+                st = os.lstat(name)
+            except FileNotFoundError:
+                return f"{os.path.basename(name)}: gone", vdir
+            if self.trust.ok(st) and stat.S_ISDIR(st.st_mode):
+                continue
+            folder = Path(name)
+            problem = self.trust.problem(st, f"folder {folder.relative_to(self.layout.entries)}")
+            if stat.S_ISDIR(st.st_mode) and self.trust.trusted_owner(st.st_uid):
+                self._tighten(folder, st)
+                return f"{problem} (repaired; the entry is checked in full)", Path()
+            return problem or f"{folder} is not a folder", folder
         return None
 
-    def full_problem(self, vdir: Path, manifest: Manifest) -> tuple[str, list[str]] | None:
-        """Hash every file; returns (reason, damaged blob hashes) or None."""
-        quick = self.quick_problem(vdir, manifest)
-        if quick is not None:
-            return quick, []
+    def check(self, vdir: Path, manifest: Manifest, *, full: bool = False,
+              max_age: float = float("inf")) -> tuple[str, list[str], Path] | None:
+        """None if the entry may be used; else (why, damaged blob hashes, what to
+        move aside). Files are hashed only where the stamp cannot vouch for them
+        (stamps.py): a changed byte is found on every lookup, not after an age."""
+        chain = self.chain_problem(vdir)
+        if chain is not None and chain[1] != Path():
+            return chain[0], [], chain[1]
+        stamp = stamps.read(vdir, lambda st: self.trust.problem(st, "stamp") is None)
+        full = full or chain is not None or time.time() - stamp.verified > max_age
+        hashed: dict[str, stamps.Witness] = {}
         for record in manifest.files:
-            digest, _ = blobs.hash_file(vdir / record.path)
+            path = vdir / record.path
+            try:
+                st = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return f"{record.path}: missing", [], vdir
+            problem = self._file_problem(record, st)
+            if problem is not None:
+                return problem, [], vdir
+            if not full and stamp.vouches_for(record.path, st):
+                continue
+            digest, _ = blobs.hash_file(path)
             if digest != record.sha256:
                 reason = f"{record.path}: sha256 {digest[:16]}..., manifest says {record.sha256[:16]}..."
-                return reason, [record.sha256]
+                return reason, self._blob_of(record, st), vdir
+            if stamps.witness(os.lstat(path)) != stamps.witness(st):
+                return f"{record.path}: changed while it was checked", [], vdir
+            hashed[record.path] = stamps.witness(st)
+        if hashed:
+            every = len(hashed) == len(manifest.files)
+            kept = {p: w for p, w in stamp.files.items() if p not in hashed}
+            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified)
         return None
 
-    def verified_age(self, vdir: Path) -> float:
-        """Seconds since the last full verification (the manifest's mtime)."""
-        try:
-            return time.time() - os.stat(vdir / mf.FILENAME).st_mtime
-        except OSError:
-            return float("inf")
+    def _file_problem(self, record: FileRecord, st: os.stat_result) -> str | None:
+        if stat.S_ISREG(st.st_mode) and st.st_size == record.size and not st.st_mode & 0o222 \
+                and self.trust.ok(st):
+            return None  # the common case, without building messages
+        if not stat.S_ISREG(st.st_mode):
+            return f"{record.path}: not a regular file"
+        if st.st_size != record.size:
+            return f"{record.path}: size {st.st_size}, manifest says {record.size}"
+        if st.st_mode & 0o222:
+            return f"{record.path}: writable (mode {stat.S_IMODE(st.st_mode):o})"
+        return self.trust.problem(st, record.path)
 
-    def mark_verified(self, vdir: Path) -> None:
+    def _blob_of(self, record: FileRecord, st: os.stat_result) -> list[str]:
+        """[sha] if the damaged file is the blob itself (so it is moved aside too)."""
         try:
-            os.utime(vdir / mf.FILENAME)
+            blob = os.lstat(self.layout.blob(record.sha256, record.executable))
         except OSError:
-            pass
+            return []
+        return [record.sha256] if (blob.st_ino, blob.st_dev) == (st.st_ino, st.st_dev) else []
 
     def touch(self, vdir: Path, interval: float) -> None:
         """Record a use, at most once per interval (the variant dir's mtime)."""
@@ -124,16 +209,24 @@ class Store:
     def last_used(self, vdir: Path) -> float:
         return os.stat(vdir).st_mtime
 
-    def quarantine(self, vdir: Path, reason: str, damaged: Sequence[str] = ()) -> Path | None:
-        """Move a bad variant (and its damaged blobs) out of the way, with the reason."""
-        self.layout.quarantine.mkdir(parents=True, exist_ok=True)
+    def quarantine(self, path: Path, reason: str, damaged: Sequence[str] = ()) -> Path | None:
+        """Move a bad variant (or an untrusted folder above it, and damaged
+        blobs) out of the way, with the reason."""
+        self.make_dir(self.layout.quarantine)
         target = self.layout.quarantine / (
-            f"{time.strftime('%Y%m%dT%H%M%S')}-{vdir.parent.name[:16]}-{vdir.name}-{os.getpid()}"
+            f"{time.strftime('%Y%m%dT%H%M%S')}-{path.parent.name[:16]}-{path.name}-{os.getpid()}"
+            f"-{time.monotonic_ns() % 10**9}"
         )
         try:
-            os.rename(vdir, target)
+            os.rename(path, target)
         except FileNotFoundError:
             return None  # already moved by another process
+        except PermissionError:
+            # Someone else's folder cannot change parents without write access
+            # to it; a rename within its parent (ours) still takes it out of use.
+            target = path.with_name(f".untrusted-{path.name}-{os.getpid()}-{time.monotonic_ns()}")
+            os.rename(path, target)
+            return target
         for sha in damaged:
             for executable in (False, True):
                 blob = self.layout.blob(sha, executable)
@@ -147,6 +240,11 @@ class Store:
             pass
         return target
 
+    def full_problem(self, vdir: Path, manifest: Manifest) -> tuple[str, list[str]] | None:
+        """Hash every file: (reason, damaged blob hashes), or None if it is whole."""
+        found = self.check(vdir, manifest, full=True)
+        return None if found is None else (found[0], found[1])
+
     # ---- write side ------------------------------------------------------
 
     @contextmanager
@@ -155,7 +253,12 @@ class Store:
         import tempfile  # the write side is only reached on a miss
 
         self.ensure()
-        path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
+        try:
+            path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
+        except FileNotFoundError:  # tmp/ was deleted under us: make it again
+            self.make_dir(self.layout.tmp)
+            path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
+        self.trust.fix_dir(path)  # becomes the variant folder: the store's mode, not mkdtemp's
         try:
             yield path
         except BaseException:
@@ -174,11 +277,12 @@ class Store:
                 st = full.lstat()
                 if stat.S_ISLNK(st.st_mode):
                     raise BuildError(f"the builder left a symbolic link {rel!r}; write regular files only")
+                try:
+                    mf.safe_relpath(rel)
+                except ManifestError as exc:
+                    raise BuildError(f"the builder wrote an unusable file: {exc}") from None
                 if stat.S_ISREG(st.st_mode):
-                    try:
-                        found.append(mf.safe_relpath(rel))
-                    except ManifestError as exc:
-                        raise BuildError(f"the builder wrote an unusable file: {exc}") from None
+                    found.append(rel)
                 elif not stat.S_ISDIR(st.st_mode):
                     raise BuildError(f"the builder left {rel!r}, which is not a regular file")
         if not found:
@@ -190,6 +294,7 @@ class Store:
         records = []
         for rel in paths:
             path = stage / rel
+            _own_copy(path)
             digest, size = blobs.hash_file(path)
             executable = bool(path.stat().st_mode & 0o111)
             records.append(FileRecord(rel, digest, size, 0o555 if executable else 0o444))
@@ -197,9 +302,26 @@ class Store:
         return tuple(records)
 
     def _adopt(self, stage: Path, records: Sequence[FileRecord]) -> None:
-        aside = self.layout.quarantine / "damaged-blobs"
         for record in records:
-            blobs.adopt(stage / record.path, self.layout.blob(record.sha256, record.executable), record, aside)
+            blobs.adopt(stage / record.path, self.layout.blob(record.sha256, record.executable), record,
+                        self._blob_place)
+
+    def _blob_place(self, blob: Path) -> None:
+        """Make the folder of a blob, and move aside whatever there we may not trust."""
+        self.make_dir(blob.parent)
+        try:
+            st = os.lstat(blob)
+        except FileNotFoundError:
+            return
+        problem = self.trust.problem(st, f"blob {blob.name[:16]}")
+        if problem is None and stat.S_ISREG(st.st_mode):
+            return
+        aside = self.layout.quarantine / "untrusted-blobs"
+        self.make_dir(aside)
+        try:
+            os.replace(blob, aside / f"{blob.name}.{os.getpid()}-{time.monotonic_ns()}")
+        except FileNotFoundError:
+            pass
 
     def commit_verified(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
         """Commit files the caller has already hashed against the manifest
@@ -208,28 +330,40 @@ class Store:
         return self.commit(stage, manifest)
 
     def link_blob(self, record: FileRecord, dest: Path) -> bool:
-        """Put a hard link to the local blob of record at dest, if there is one of the right size."""
+        """Put a hard link to the local blob of record at dest, if there is a
+        trusted one of the right size (the entry is hashed at its first hit)."""
         blob = self.layout.blob(record.sha256, record.executable)
         try:
-            if os.stat(blob).st_size != record.size:
+            st = os.lstat(blob)
+            if st.st_size != record.size or self.trust.problem(st, "blob") or not stat.S_ISREG(st.st_mode):
                 return False
-            os.link(blob, dest)
+            os.link(blob, dest, follow_symlinks=False)
         except OSError:
             return False
         return True
 
     def commit(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
         """Write the manifest and rename stage into place; (dir, whether we won)."""
+        data = manifest.dumps()
+        if len(data) > mf.MAX_BYTES:
+            raise BuildError(
+                f"{manifest.kind} {manifest.name!r}: its {len(manifest.files)} files need a manifest of "
+                f"{len(data) / 2**20:.1f} MiB, over the {mf.MAX_BYTES >> 20} MiB limit that every reader "
+                "enforces. Pack them into fewer files (an archive) or use shorter paths."
+            )
+        for folder in walk_dirs(stage):  # the builder's (or a download's) folders: the store's mode
+            self.trust.fix_dir(folder)
         mpath = stage / mf.FILENAME
-        fd = os.open(mpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        try:
-            os.write(fd, manifest.dumps())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        blobs.fsync_dir(stage)
+        if not os.path.lexists(mpath):  # a second try after a lost race has written it
+            fd = os.open(mpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            blobs.fsync_dir(stage)
         final = self.layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        self.make_dir(final.parent)
         if os.environ.get(BROKEN_PUBLISH) == "1":
             return self._copy_publish(stage, final, manifest)
         try:
@@ -258,16 +392,17 @@ class Store:
     def _index(self, manifest: Manifest) -> None:
         folder = self.layout.name_dir(manifest.kind, manifest.name)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / manifest.key).touch()
+            self.make_dir(folder)
+            (folder / manifest.key).touch(mode=self.trust.file_mode)
         except OSError:
             pass  # the index only serves `explain`
 
     def log_event(self, name: str, line: str) -> None:
         """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
         try:
-            self.layout.log.mkdir(exist_ok=True)
-            fd = os.open(self.layout.log / f"{name}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self.make_dir(self.layout.log)
+            fd = os.open(self.layout.log / f"{name}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                         self.trust.file_mode)
             try:
                 os.write(fd, (line.rstrip("\n") + "\n").encode())
             finally:
@@ -292,7 +427,7 @@ class Store:
         """Rename into trash/ first (atomic for readers), then delete."""
         import shutil
 
-        self.layout.trash.mkdir(parents=True, exist_ok=True)
+        self.make_dir(self.layout.trash)
         target = self.layout.trash / f"{os.getpid()}-{time.monotonic_ns()}-{path.name}"
         try:
             os.rename(path, target)
@@ -311,8 +446,11 @@ class Store:
 
     def iter_blobs(self) -> Iterator[os.DirEntry[str]]:
         for prefix in _subdirs(self.layout.blobs):
-            with os.scandir(prefix) as it:
-                yield from (e for e in it if e.is_file(follow_symlinks=False))
+            try:
+                with os.scandir(prefix) as it:
+                    yield from (e for e in it if e.is_file(follow_symlinks=False))
+            except FileNotFoundError:
+                continue
 
     def blob_digest(self, name: str) -> str | None:
         digest = name[:-1] if name.endswith("x") else name
@@ -320,6 +458,29 @@ class Store:
             return check_hex(digest, "blob")
         except ValueError:
             return None
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _own_copy(path: Path) -> None:
+    """A file a builder hard-linked from elsewhere (or that another user owns)
+    is replaced by a private copy: the store never chmods, links or keeps
+    an inode that something outside it can still write."""
+    st = path.lstat()
+    if st.st_nlink == 1 and (not hasattr(os, "geteuid") or st.st_uid == os.geteuid()):
+        return
+    import shutil
+
+    temp = path.with_name(f".abicache-copy-{os.getpid()}-{time.monotonic_ns()}")
+    shutil.copyfile(path, temp, follow_symlinks=False)
+    os.chmod(temp, stat.S_IMODE(st.st_mode) & 0o755)
+    os.replace(temp, path)
 
 
 def children(path: Path) -> list[Path]:
@@ -331,8 +492,9 @@ def children(path: Path) -> list[Path]:
 
 
 def _subdirs(path: Path) -> list[Path]:
+    """Real folders in path; names starting with '.' are folders moved aside."""
     try:
         with os.scandir(path) as it:
-            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
+            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and e.name[0] != ".")
     except (FileNotFoundError, NotADirectoryError):
         return []

@@ -30,6 +30,8 @@ def _holder_file(lock: Path) -> Path:
 
 
 def _write_holder(lock: Path, what: str) -> None:
+    """Written to a new file, then renamed over the old one: a symbolic link
+    planted at the holder's name is replaced, never followed."""
     info = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -37,15 +39,28 @@ def _write_holder(lock: Path, what: str) -> None:
         "command": " ".join(sys.argv)[:300],
         "since": time.time(),
     }
+    temp = lock.with_name(f".{lock.stem}.{os.getpid()}-{time.monotonic_ns()}.holder")
     try:
-        _holder_file(lock).write_text(json.dumps(info))
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, json.dumps(info).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, _holder_file(lock))
     except OSError:
-        pass
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
 
 
 def describe_holder(lock: Path) -> str:
     try:
-        info = json.loads(_holder_file(lock).read_text())
+        fd = os.open(_holder_file(lock), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            info = json.loads(os.read(fd, 4096))
+        finally:
+            os.close(fd)
         age = time.time() - float(info["since"])
         return (
             f"pid {info['pid']} on {info['host']} ({info['what']}; command: {info['command']!r}), "
@@ -57,13 +72,14 @@ def describe_holder(lock: Path) -> str:
 
 @contextmanager
 def key_lock(
-    lock: Path, what: str, timeout: float, on_wait: Callable[[str], None] | None = None
+    lock: Path, what: str, timeout: float, on_wait: Callable[[str], None] | None = None,
+    mode: int = 0o600,
 ) -> Iterator[bool]:
     """Hold the lock for one key; yields False when the filesystem cannot lock."""
     from filelock import FileLock, Timeout  # ~25 ms to import: only on a miss
 
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    flock = FileLock(lock, fallback_to_soft=False, thread_local=False)
+    _no_planted_link(lock)
+    flock = FileLock(lock, mode=mode, fallback_to_soft=False, thread_local=False)
     try:
         try:
             flock.acquire(timeout=min(timeout, 1.0))
@@ -88,6 +104,20 @@ def key_lock(
         yield True
     finally:
         flock.release()
+
+
+def _no_planted_link(lock: Path) -> None:
+    """filelock opens the lock with O_NOFOLLOW and fails on a symbolic link;
+    one found at the lock's name (only someone able to write locks/ can plant
+    it) is removed, with a warning, so builds go on."""
+    try:
+        if not os.path.islink(lock):
+            return
+        os.unlink(lock)
+    except FileNotFoundError:
+        return
+    warnings.warn(f"abicache: removed a symbolic link planted at the lock file {lock}", AbicacheWarning,
+                  stacklevel=4)
 
 
 def _warn_unlocked(lock: Path, exc: OSError) -> None:

@@ -23,6 +23,9 @@ MAX_TEXT = 65_536
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _HEX = re.compile(r"^[0-9a-f]{16,64}$")
 RESERVED = frozenset({FILENAME})
+#: names abicache writes beside an entry's files (stamps, temporary links)
+RESERVED_PREFIX = ".abicache-"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class FileRecord(NamedTuple):
@@ -106,9 +109,22 @@ def safe_relpath(path: Any) -> str:
         raise ManifestError(f"file name {path!r} is absolute; only relative paths are allowed")
     if any(part in ("", ".", "..") for part in path.split("/")):
         raise ManifestError(f"file name {path!r} has an empty, '.' or '..' part")
-    if path in RESERVED:
+    if path in RESERVED or any(part.startswith(RESERVED_PREFIX) for part in path.split("/")):
         raise ManifestError(f"file name {path!r} is reserved for abicache")
-    return path
+    return check_text(path, "file name")
+
+
+def check_text(text: str, what: str) -> str:
+    """No control characters (they spoof terminal output: a newline makes a
+    second row in `abicache show`) and valid UTF-8 (no lone surrogates)."""
+    if _CONTROL.search(text):
+        raise ManifestError(f"{what} {text!r} contains a control character; use printable characters only")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ManifestError(f"{what} {text!r} is not valid UTF-8 (a lone surrogate, or undecodable "
+                            "bytes in a file name)") from None
+    return text
 
 
 def _text(doc: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = None) -> str:
@@ -118,6 +134,14 @@ def _text(doc: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = N
     if pattern is not None and not pattern.match(value):
         raise ManifestError(f"field {name!r} = {value[:80]!r} has the wrong form")
     return value
+
+
+def _name(doc: Mapping[str, Any]) -> str:
+    name = _text(doc, "name")
+    try:
+        return check_text(name, "name")
+    except ManifestError as exc:
+        raise ManifestError(f"field 'name': {exc}") from None
 
 
 def _mapping(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -196,7 +220,7 @@ def parse(data: bytes) -> Manifest:
         key=_text(doc, "key", _SHA),
         variant=_text(doc, "variant", _HEX),
         kind=_text(doc, "kind"),
-        name=_text(doc, "name"),
+        name=_name(doc),
         files=_files(doc),
         requirements=_requirements(doc, "requirements"),
         declared=_requirements(doc, "declared"),

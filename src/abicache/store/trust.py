@@ -1,46 +1,218 @@
-"""Refuse a store root that someone else could write: loading a .so runs its code."""
+"""Who may write a store, and the checks that keep everyone else out.
+
+Loading a cached .so runs its code, so the store is a security boundary.
+
+Private mode (the default): the store belongs to one user. Every folder is
+created 0700 whatever the umask, and everything a hit uses (the folders from
+entries/<kind> down to the variant, its manifest and its files) must be
+owned by that user or root and writable by nobody else.
+
+Shared mode (ABICACHE_SHARED=<group>): the store belongs to one named group.
+Folders are created 02770 (setgid: new files and folders inherit the group),
+and everything a hit uses must be owned by root, the user, or a member of
+that group; only that group may have write access, never others.
+
+Checks use lstat (a symbolic link is never followed, and is never trusted).
+"""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+from typing import Iterator
 
-from ..errors import UntrustedRootError
+from ..errors import ConfigError, UntrustedRootError
+
+_POSIX = hasattr(os, "geteuid")
 
 
-def ensure_private_root(root: Path, *, shared: bool) -> None:
-    """Create root (0700, or 0770 when shared) if needed, then check who can write it."""
+class Trust:
+    """The policy of one store: which owners and which write bits are allowed."""
+
+    def __init__(self, group: str | None = None) -> None:
+        self.group = group or None
+        self.me = os.geteuid() if _POSIX else -1
+        self.gid = _group_id(self.group) if self.group and _POSIX else None
+        self._members: dict[int, bool] = {self.me: True, 0: True}
+
+    @property
+    def shared(self) -> bool:
+        return self.gid is not None
+
+    @property
+    def dir_mode(self) -> int:
+        return 0o2770 if self.shared else 0o700
+
+    @property
+    def file_mode(self) -> int:
+        """Small writable files of the store (locks, logs, index markers)."""
+        return 0o660 if self.shared else 0o600
+
+    def describe(self) -> str:
+        return f"shared with group {self.group!r}" if self.shared else "private"
+
+    # ---- owners ------------------------------------------------------------------
+
+    def trusted_owner(self, uid: int) -> bool:
+        known = self._members.get(uid)
+        if known is None:
+            known = self._members[uid] = self.shared and _is_member(uid, self.gid or 0, self.group or "")
+        return known
+
+    def ok(self, st: os.stat_result) -> bool:
+        """problem() is None, without building a message (the hit path)."""
+        if not _POSIX:
+            return True
+        mode = st.st_mode
+        if mode & stat.S_IWOTH or stat.S_ISLNK(mode):
+            return False
+        if mode & stat.S_IWGRP and (self.gid is None or st.st_gid != self.gid):
+            return False
+        return st.st_uid == self.me or st.st_uid == 0 or self.trusted_owner(st.st_uid)
+
+    def problem(self, st: os.stat_result, what: str) -> str | None:
+        """Why this (lstat) result may not be trusted, or None."""
+        if not _POSIX:
+            return None  # Windows: ACLs, not mode bits; nothing portable to check
+        if stat.S_ISLNK(st.st_mode):
+            return f"{what} is a symbolic link"
+        if not self.trusted_owner(st.st_uid):
+            return f"{what} is owned by uid {st.st_uid}, {self._who()}"
+        if st.st_mode & stat.S_IWOTH:
+            return f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+        if st.st_mode & stat.S_IWGRP and not (self.shared and st.st_gid == self.gid):
+            return f"{what} is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):o})"
+        return None
+
+    def _who(self) -> str:
+        if self.shared:
+            return f"who is neither you (uid {self.me}), root, nor a member of group {self.group!r}"
+        return f"not you (uid {self.me}) or root"
+
+    # ---- making folders ------------------------------------------------------------
+
+    def make_dir(self, path: Path) -> None:
+        """Create path (and missing parents up to an existing folder) with this
+        policy's mode, whatever the umask."""
+        missing = []
+        for folder in [path, *path.parents]:
+            if os.path.isdir(folder):
+                break
+            missing.append(folder)
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, self.dir_mode)
+            except FileExistsError:
+                continue  # made by another process: checked where it is used
+            self.fix_dir(folder)
+
+    def fix_dir(self, path: Path) -> None:
+        """Give a folder of ours this policy's mode (and group)."""
+        if not _POSIX:
+            return
+        if self.shared:
+            os.chown(path, -1, self.gid or 0)
+        os.chmod(path, self.dir_mode)
+
+
+def _group_id(group: str) -> int:
+    import grp
+
     try:
-        root.mkdir(mode=0o770 if shared else 0o700, parents=True, exist_ok=True)
-        st = root.stat()
+        return grp.getgrgid(int(group)).gr_gid if group.isdigit() else grp.getgrnam(group).gr_gid
+    except (KeyError, ValueError):
+        raise ConfigError(
+            f"ABICACHE_SHARED={group!r} is not a group on this machine; name the group whose members "
+            "may write the shared cache (see `getent group`), or unset it for a private cache"
+        ) from None
+
+
+def _is_member(uid: int, gid: int, group: str) -> bool:
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(uid)
+    except KeyError:
+        return False  # a uid with no user: nobody vouched for it
+    if user.pw_gid == gid:
+        return True
+    try:
+        return user.pw_name in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+
+
+def group_setting(raw: str | bool | None) -> str | None:
+    """ABICACHE_SHARED (or Cache(shared=...)) as a group name, or None for private."""
+    if raw is None or raw is False:
+        return None
+    text = str(raw).strip()
+    if text.lower() in ("", "0", "false", "no", "off"):
+        return None
+    if raw is True or text.lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(
+            "ABICACHE_SHARED must name the group whose members may write the shared cache "
+            "(for example ABICACHE_SHARED=ml-team); '1' no longer means 'trust whoever owns the root'"
+        )
+    return text
+
+
+# ---- the root ----------------------------------------------------------------------------
+
+
+def ensure_root(root: Path, trust: Trust) -> Path:
+    """Create the root if needed and check it; returns it resolved (a
+    symbolic link to the root is resolved once, here, and its target checked)."""
+    try:
+        if not root.exists():
+            trust.make_dir(root)
+        real = root.resolve(strict=True)
+        st = os.lstat(real)
     except OSError as exc:
         raise UntrustedRootError(
-            f"cannot use cache root {root}: {exc.strerror}. "
-            "Set ABICACHE_DIR to a directory you own and can write."
+            f"cannot use cache root {root}: {exc.strerror}. Set ABICACHE_DIR to a directory you own and can write."
         ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedRootError(f"cache root {root} is not a directory; set ABICACHE_DIR elsewhere")
-    check_root_stat(root, st, shared=shared)
+    _check_root(real, st, trust)
+    _check_ancestors(real)
+    return real
 
 
-def check_root_stat(root: Path, st: os.stat_result, *, shared: bool) -> None:
-    if not hasattr(os, "geteuid"):
-        return  # Windows: ACLs, not mode bits; nothing portable to check here
-    me = os.geteuid()
-    if st.st_uid != me and not shared:
-        raise UntrustedRootError(
-            f"cache root {root} is owned by uid {st.st_uid}, not by you (uid {me}); "
-            "loading a library from it would run code that user controls. "
-            "Use a root of your own (ABICACHE_DIR), or set ABICACHE_SHARED=1 "
-            "if it is a cache shared by a group you trust."
-        )
-    writable = st.st_mode & (stat.S_IWOTH if shared else (stat.S_IWGRP | stat.S_IWOTH))
-    if writable:
-        who = "others" if writable & stat.S_IWOTH else "its group"
-        fix = f"chmod o-w {root}" if shared else f"chmod go-w {root}"
-        hint = "" if shared else ", or set ABICACHE_SHARED=1 for a cache shared by a trusted group"
-        raise UntrustedRootError(
-            f"cache root {root} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"anyone who can write there can run code in your processes. Fix: {fix}{hint}."
-        )
+def _check_root(root: Path, st: os.stat_result, trust: Trust) -> None:
+    problem = trust.problem(st, f"cache root {root}")
+    if problem is None:
+        return
+    if "owned by" in problem:
+        hint = ("Use a root of your own (ABICACHE_DIR), or set ABICACHE_SHARED=<group> if it is a cache "
+                "shared by a group you trust and its owner is a member.")
+        raise UntrustedRootError(f"{problem}; loading a library from it would run code that user controls. {hint}")
+    fix = f"chmod o-w {root}" if trust.shared else f"chmod go-w {root}"
+    hint = "" if trust.shared else ", or set ABICACHE_SHARED=<group> for a cache shared by a trusted group"
+    raise UntrustedRootError(
+        f"{problem}; anyone who can write there can run code in your processes. Fix: {fix}{hint}."
+    )
+
+
+def _check_ancestors(root: Path) -> None:
+    """A folder above the root that others may write (without the sticky bit,
+    as /tmp has) lets them rename the root away and put their own in its place."""
+    if not _POSIX:
+        return
+    for folder in root.parents:
+        st = os.lstat(folder)
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+            raise UntrustedRootError(
+                f"cache root {root} lies in {folder}, which anyone may write (mode {stat.S_IMODE(st.st_mode):o}, "
+                f"no sticky bit): they could replace the cache. Fix: chmod o-w {folder} (or +t), or move ABICACHE_DIR."
+            )
+
+
+def walk_dirs(top: Path) -> Iterator[Path]:
+    """Every folder under top (not following links), top first."""
+    yield top
+    for folder, dirs, _ in os.walk(top):
+        for name in dirs:
+            yield Path(folder) / name

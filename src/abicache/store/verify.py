@@ -1,12 +1,14 @@
 """Check every entry of a store; quarantine what fails.
 
-Quick mode checks sizes, modes and blob identity; full mode also re-hashes
-every file and every blob. Leftovers of killed builders (tmp/) are counted but
+Quick mode checks owners, modes, sizes and stamps (re-hashing any file its
+stamp cannot vouch for); full mode re-hashes every file and every blob.
+Entries that gc removes while we look are gone, not damaged. Leftovers of killed builders (tmp/) are counted but
 are not damage: no reader ever sees them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,28 +60,38 @@ def _verify_entry(store: Store, vdir: Path, full: bool, report: VerifyReport) ->
     try:
         manifest = store.read_manifest(vdir)
     except FileNotFoundError:
-        report.entries -= 1  # removed while we looked: gc or another verify
+        if _gone(vdir):
+            report.entries -= 1  # removed while we looked: gc or another verify
+            return
+        _quarantine(store, vdir, vdir, "no manifest.json", [], report)
         return
     except (ManifestError, OSError) as exc:
-        _quarantine(store, vdir, f"unreadable manifest: {exc}", [], report)
+        _quarantine(store, vdir, vdir, f"unreadable manifest: {exc}", [], report)
         return
+    try:
+        found = store.check(vdir, manifest, full=full)
+    except FileNotFoundError:
+        found = ("vanished while it was checked", [], vdir)
     if full:
-        found = store.full_problem(vdir, manifest)
         report.bytes_hashed += sum(f.size for f in manifest.files)
-        if found is None:
-            store.mark_verified(vdir)
-            return
-        _quarantine(store, vdir, found[0], found[1], report)
-    else:
-        reason = store.quick_problem(vdir, manifest)
-        if reason is not None:
-            _quarantine(store, vdir, reason, [], report)
+    if found is None:
+        return
+    reason, damaged, offender = found
+    if _gone(vdir):  # gc moved it to trash/ while we read it: not damage
+        report.entries -= 1
+        return
+    _quarantine(store, vdir, offender, reason, damaged, report)
 
 
-def _quarantine(store: Store, vdir: Path, reason: str, damaged: list[str], report: VerifyReport) -> None:
+def _gone(vdir: Path) -> bool:
+    return not os.path.lexists(vdir)
+
+
+def _quarantine(store: Store, vdir: Path, offender: Path, reason: str, damaged: list[str],
+                report: VerifyReport) -> None:
     where = vdir.relative_to(store.layout.entries).as_posix()
     report.problems.append(Problem(where, reason))
-    store.quarantine(vdir, reason, damaged)
+    store.quarantine(offender if offender != Path() else vdir, reason, damaged)
 
 
 def _verify_blobs(store: Store, report: VerifyReport) -> None:
@@ -87,13 +99,16 @@ def _verify_blobs(store: Store, report: VerifyReport) -> None:
         digest = store.blob_digest(entry.name)
         if digest is None:
             continue
+        try:
+            actual, size = blobs.hash_file(Path(entry.path))
+        except FileNotFoundError:
+            continue  # gc removed an orphan while we looked
         report.blobs += 1
-        actual, size = blobs.hash_file(Path(entry.path))
         report.bytes_hashed += size
         if actual != digest:
             report.problems.append(Problem(f"blobs/{entry.name}", f"content hashes to {actual[:16]}..."))
             aside = store.layout.quarantine / "damaged-blobs"
-            aside.mkdir(parents=True, exist_ok=True)
+            store.make_dir(aside)
             try:
                 Path(entry.path).replace(aside / entry.name)
             except FileNotFoundError:

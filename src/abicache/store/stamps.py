@@ -1,0 +1,100 @@
+"""Stamps: proof that a variant's files still hold the bytes last hashed,
+checked on every hit without reading them.
+
+When a hit hashes a file and finds it matches its manifest, we record the
+file's inode, size and ctime in the variant's stamp. Every later hit
+compares them with a fresh lstat; any difference means a full re-hash of
+that file. ctime is the right witness: every write, truncate, chmod, chown,
+link or rename of an inode sets it to the current time, and no user (root
+included, short of changing the clock or the raw disk) can set it back. So
+an in-place edit of a blob, even one that restores the size, mode and mtime,
+always changes the ctime and is caught at the next lookup.
+
+Two details make this sound:
+- Racy stamps (as git's racy-index rule): a ctime younger than RACY_SECONDS
+  is not recorded, since a write within the same clock tick could leave it
+  unchanged; such a file is re-hashed on the next hit instead.
+- Shared blobs: linking a blob into a new entry (or gc unlinking one) also
+  changes its ctime; the next hit of every entry sharing it re-hashes once
+  and re-stamps. That costs a hash, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+FILENAME = ".abicache-stamp"
+#: a ctime younger than this is not trusted yet (timestamp granularity is a
+#: clock tick on Linux, up to 2 s on some filesystems)
+RACY_SECONDS = 2.0
+_MAX_BYTES = 1 << 20
+
+Witness = tuple[int, int, int]  # (inode, size, ctime in ns)
+
+
+def witness(st: os.stat_result) -> Witness:
+    return (st.st_ino, st.st_size, st.st_ctime_ns)
+
+
+class Stamp:
+    """What the last full check of a variant found, read from its stamp file."""
+
+    __slots__ = ("verified", "files")
+
+    def __init__(self, verified: float = 0.0, files: Mapping[str, Witness] | None = None) -> None:
+        self.verified = verified
+        self.files = dict(files or {})
+
+    def vouches_for(self, path: str, st: os.stat_result) -> bool:
+        return self.files.get(path) == witness(st)
+
+
+def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
+    """The variant's stamp; an empty one if absent, unreadable or not trusted."""
+    try:
+        fd = os.open(vdir / FILENAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return Stamp()
+    try:
+        if not trusted(os.fstat(fd)):
+            return Stamp()
+        doc = json.loads(os.read(fd, _MAX_BYTES))
+        files = {str(p): (int(w[0]), int(w[1]), int(w[2])) for p, w in doc["files"].items()}
+        return Stamp(float(doc["verified"]), files)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return Stamp()
+    finally:
+        os.close(fd)
+
+
+def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float) -> None:
+    """Record the files just hashed (all of them matched) beside those the old
+    stamp still vouches for. Racy ones are left out and will be hashed again;
+    when that leaves nothing new, nothing is written (a hit right after a
+    build writes nothing). Written to a temporary name, then renamed:
+    readers see the old stamp or the new one, and a planted link is replaced,
+    not followed."""
+    now_ns = time.time_ns()
+    limit = now_ns - int(RACY_SECONDS * 1e9)
+    fresh = {p: list(w) for p, w in hashed.items() if w[2] < limit}
+    if not fresh:
+        return
+    files = {**{p: list(w) for p, w in kept.items()}, **fresh}
+    data = json.dumps({"verified": verified, "files": files}, separators=(",", ":")).encode()
+    temp = vdir / f"{FILENAME}.{os.getpid()}-{now_ns}"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temp, vdir / FILENAME)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass  # a read-only store: every hit re-hashes instead
