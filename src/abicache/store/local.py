@@ -121,10 +121,11 @@ class Store:
             raise ManifestError(f"manifest in {vdir}: its requirements do not give its variant id (edited)")
         return manifest
 
-    def chain_problem(self, vdir: Path) -> tuple[str, Path] | None:
+    def chain_problem(self, vdir: Path) -> tuple[str, Path | None] | None:
         """Every folder from entries/<kind> down to the variant must be a real
-        folder we trust: (why not, the outermost offender) otherwise. Folders of
-        ours that others may write are repaired (and the entry fully checked)."""
+        folder we trust: (why not, the outermost offender) otherwise. A folder
+        of ours that others could write is repaired: (why, None), and the
+        caller checks the entry in full."""
         v = os.fspath(vdir)
         key = os.path.dirname(v)
         prefix = os.path.dirname(key)
@@ -139,7 +140,7 @@ class Store:
             problem = self.trust.problem(st, f"folder {folder.relative_to(self.layout.entries)}")
             if stat.S_ISDIR(st.st_mode) and self.trust.trusted_owner(st.st_uid):
                 self._tighten(folder, st)
-                return f"{problem} (repaired; the entry is checked in full)", Path()
+                return f"{problem} (repaired)", None
             return problem or f"{folder} is not a folder", folder
         return None
 
@@ -149,9 +150,9 @@ class Store:
         move aside). Files are hashed only where the stamp cannot vouch for them
         (stamps.py): a changed byte is found on every lookup, not after an age."""
         chain = self.chain_problem(vdir)
-        if chain is not None and chain[1] != Path():
+        if chain is not None and chain[1] is not None:
             return chain[0], [], chain[1]
-        stamp = stamps.read(vdir, lambda st: self.trust.problem(st, "stamp") is None)
+        stamp = stamps.read(vdir, self.trust.ok)
         full = full or chain is not None or time.time() - stamp.verified > max_age
         hashed: dict[str, stamps.Witness] = {}
         for record in manifest.files:

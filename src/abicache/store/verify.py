@@ -91,7 +91,7 @@ def _quarantine(store: Store, vdir: Path, offender: Path, reason: str, damaged: 
                 report: VerifyReport) -> None:
     where = vdir.relative_to(store.layout.entries).as_posix()
     report.problems.append(Problem(where, reason))
-    store.quarantine(offender if offender != Path() else vdir, reason, damaged)
+    store.quarantine(offender, reason, damaged)
 
 
 def _verify_blobs(store: Store, report: VerifyReport) -> None:
