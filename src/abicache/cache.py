@@ -18,7 +18,8 @@ from .env import Facts
 from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError, UsageError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store.manifest import check_text, preference, variant_id
+from .store import deps as depcheck
+from .store.manifest import Dependency, check_text, preference, variant_id
 from .store.trust import group_setting
 
 if TYPE_CHECKING:
@@ -27,9 +28,18 @@ if TYPE_CHECKING:
 
 # build(out_dir) writes the artifact's files; it may return requirements it
 # learned while building (e.g. the torch version a stable op resolved to) as a
-# Requirements or a list/tuple of requirement strings. Any other return value
+# Requirements or a list/tuple of requirement strings, or a BuildResult with
+# requirements and the dependencies the compiler read. Any other return value
 # (a lambda's write_text() count, say) is ignored.
 Builder = Callable[[Path], Any]
+
+
+class BuildResult(NamedTuple):
+    """What a builder learned: requirements, and the files it read that the
+    key does not cover (checked on every lookup, see store/deps.py)."""
+
+    requirements: Requirements | Sequence[str] = ()
+    deps: Sequence[Dependency] = ()
 # (stage, files, declared, facts) -> (detected requirements, audit summary)
 Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
@@ -45,6 +55,12 @@ class Artifact(NamedTuple):
     manifest: Manifest
     hit: bool
     origin: str = "local"  # "local" (a hit here), "remote" (fetched), "built" (built here)
+    bases: Mapping[str, str] = {}  # where its dependencies were found current
+
+    def current(self) -> bool:
+        """Whether the files it was compiled from (its dependencies) still hold
+        the bytes it was built from: a stat per file; hashing only what changed."""
+        return not self.manifest.deps or depcheck.first_changed(self.manifest.deps, self.bases)[0] is None
 
     def file(self, name: str | None = None) -> Path:
         """The path of one file; without a name, the only file (or an error)."""
@@ -160,7 +176,7 @@ class Cache:
         key, _ = self.key_for(kind, name, _as_inputs(inputs))
         return self._find(kind, key, verify) or self._fetch(kind, key)
 
-    def _find(self, kind: str, key: str, verify: str) -> Artifact | None:
+    def _find(self, kind: str, key: str, verify: str, bases: Mapping[str, str] = {}) -> Artifact | None:
         usable = []
         for vdir in self.store.variant_dirs(kind, key):
             manifest = self._manifest(vdir)
@@ -168,6 +184,8 @@ class Cache:
                 usable.append((vdir, manifest))
         usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in usable:
+            if manifest.deps and self.store.deps_changed(vdir, manifest, bases) is not None:
+                continue  # built from other bytes of a header: not a hit, not damage
             if self._verified(vdir, manifest, verify):
                 self.store.touch(vdir, self.touch_interval)
                 return _artifact(vdir, manifest, "local")
@@ -194,13 +212,16 @@ class Cache:
         """Whether an entry's requirements hold in this cache's environment."""
         return self._checked(manifest.requirements).satisfied_by(self.facts)
 
-    def _fetch(self, kind: str, key: str) -> Artifact | None:
+    def _fetch(self, kind: str, key: str, bases: Mapping[str, str] = {}) -> Artifact | None:
         """The remote's entry for this key, verified into the local store."""
         if self.remote is None or self.remote.down:
             return None
         from . import replicate
 
-        got = replicate.fetch(self.remote, self.store, kind, key, self.usable)
+        def current(manifest: Manifest) -> bool:
+            return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases)[0] is None
+
+        got = replicate.fetch(self.remote, self.store, kind, key, current)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
@@ -231,36 +252,43 @@ class Cache:
         requires: Iterable[Requirement | str] | Requirements = (),
         *,
         verify: str = "quick",
+        bases: Mapping[str, str] | None = None,
     ) -> Artifact:
         """The cached artifact for these inputs, building it once if needed.
 
         verify: "quick" (owners, modes, sizes and stamps; a file its stamp cannot
         vouch for is hashed) or "full" (sha256 of every file).
+        bases: where the folders named by recorded dependencies are now
+        ({"src": "/path/to/project/csrc", ...}); an entry whose dependencies
+        no longer hold their bytes there is not a hit (see BuildResult).
         """
         if verify not in ("quick", "full"):
             raise UsageError(f"verify must be 'quick' or 'full', not {verify!r}")
         inputs = _as_inputs(inputs)
         declared = Requirements.of(requires)
-        memo_key = (kind, name, inputs, declared, verify)
+        bases = bases or {}
+        memo_key = (kind, name, inputs, declared, verify, tuple(sorted(bases.items())) if bases else ())
         found = self._memo.get(memo_key)
-        if found is not None and os.path.isdir(found.path):
+        if found is not None and os.path.isdir(found.path) and found.current():
             return found
         _check_name(name)
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
-        found = self._find(kind, key, verify)
+        found = self._find(kind, key, verify, bases)
         if found is None:
             from . import progress
             from .store.lock import key_lock  # filelock: only on a miss
 
-            self._log_miss(kind, name, described, key)
+            self._log_miss(kind, name, described, key, bases)
             lock = self.store.layout.lock_file(key)
             self.store.make_dir(lock.parent)
             with key_lock(lock, f"{kind} {name}", self.lock_timeout, progress.note, self.store.trust.file_mode):
                 # another process may have built it, or another machine
-                found = self._find(kind, key, verify) or self._fetch(kind, key)
+                found = self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
                 if found is None:
                     found = self._build(kind, name, key, described, build, declared)
+        if bases:
+            found = found._replace(bases=bases)
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 
@@ -278,6 +306,7 @@ class Cache:
             learned = build(stage)
             seconds = time.perf_counter() - start
             declared = declared | _learned(learned)
+            found_deps = tuple(sorted(set(learned.deps))) if isinstance(learned, BuildResult) else ()
             paths = self.store.collect(stage)
             detected, summary = self.audit(stage, paths, declared, self.facts)
             reqs = declared | detected
@@ -289,7 +318,7 @@ class Cache:
                 )
             manifest = Manifest(
                 key=key,
-                variant=variant_id(reqs),
+                variant=variant_id(reqs, found_deps),
                 kind=kind,
                 name=name,
                 files=self.store.ingest(stage, paths),
@@ -303,6 +332,7 @@ class Cache:
                 abicache_version=__version__,
                 created=time.time(),
                 build_seconds=round(seconds, 6),
+                deps=found_deps,
             )
             adopted = self._share(stage, manifest)
             if adopted is not None:
@@ -349,19 +379,22 @@ class Cache:
     # ---- explaining ------------------------------------------------------
 
     def explain(
-        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any] | None = None
+        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any] | None = None,
+        bases: Mapping[str, str] | None = None,
     ) -> Explanation:
-        """Why (kind, name) with these inputs hits or misses; without inputs,
-        the newest entry compared with the others."""
+        """Why (kind, name) with these inputs hits or misses (with bases, also
+        which recorded header changed); without inputs, the newest entry
+        compared with the others."""
         from .explain import explain
 
         self.store.ensure()
         if inputs is None:
             return explain(self.store, self.facts, kind, name, None, None)
         key, described = self.key_for(kind, name, _as_inputs(inputs))
-        return explain(self.store, self.facts, kind, name, described, key)
+        return explain(self.store, self.facts, kind, name, described, key, bases)
 
-    def _log_miss(self, kind: str, name: str, described: dict[str, Any], key: str) -> None:
+    def _log_miss(self, kind: str, name: str, described: dict[str, Any], key: str,
+                  bases: Mapping[str, str]) -> None:
         if not config.flag("ABICACHE_EXPLAIN"):
             return
         import logging
@@ -369,7 +402,7 @@ class Cache:
         from .explain import explain
 
         # With no logging configured, logging's last-resort handler prints to stderr.
-        text = str(explain(self.store, self.facts, kind, name, described, key))
+        text = str(explain(self.store, self.facts, kind, name, described, key, bases))
         logging.getLogger("abicache").warning("abicache miss: %s", text)
 
 
@@ -391,6 +424,8 @@ def _learned(returned: Any) -> Requirements:
     """What a builder declared by returning it: a Requirements, or a list or
     tuple of requirement strings. Anything else (a write_text() count, a
     tuple of other things) is not a declaration and is ignored."""
+    if isinstance(returned, BuildResult):
+        returned = returned.requirements
     if isinstance(returned, Requirements):
         return returned
     if isinstance(returned, (list, tuple)) and returned and all(isinstance(r, (str, Requirement)) for r in returned):
@@ -433,6 +468,8 @@ def get_or_build(
     cache: Cache | None = None,
     *,
     verify: str = "quick",
+    bases: Mapping[str, str] | None = None,
 ) -> Artifact:
     """Module-level shortcut for (cache or default_cache()).get_or_build(...)."""
-    return (cache or default_cache()).get_or_build(kind, name, inputs, build, requires, verify=verify)
+    return (cache or default_cache()).get_or_build(kind, name, inputs, build, requires, verify=verify,
+                                                   bases=bases)

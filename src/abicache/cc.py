@@ -4,9 +4,13 @@ the system compiler ($CC/$CXX or cc/c++) and cached by abicache.
     lib = load_library("add", ['extern "C" int add(int a, int b) { return a + b; }'])
     mod = load_module("fast", [MODULE_SOURCE], abi3="3.10")
 
-`sources` items: a str is source code, a Path is a file to read, a mapping is
-{file name: code} (headers included; only .c/.cc/.cpp/.cxx files are compiled).
-The compiler's identity (version and target, never its path) is in the key.
+`sources` items: a str is source code, a Path is a file compiled where it
+lives (so `#include "sibling.h"` and relative -I work as with the compiler run
+by hand here), a mapping is {file name: code} (headers included; only
+.c/.cc/.cpp/.cxx files are compiled). The compiler's identity (version and
+target, never its path) is in the key; the headers it read are recorded
+with their hashes, and a lookup whose headers changed is a miss (build/).
+Several translation units are compiled in parallel, each a cached object.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, NamedTuple, Sequence, Union
 
-from .cache import Artifact, Cache, default_cache
+from .build import tree as trees
+from .build.job import Job
+from .cache import Artifact, BuildResult, Cache, default_cache
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
 
 Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
-_COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")
+_COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
 _LANGS = {"c": ("CC", "cc", "compiler.cc", ".c"), "c++": ("CXX", "c++", "compiler.cxx", ".cpp")}
 _loaded: dict[tuple[Any, ...], Any] = {}
 
@@ -34,29 +40,6 @@ def _lang(lang: str) -> tuple[str, str, str, str]:
         return _LANGS[lang]
     except KeyError:
         raise AbicacheError(f"unknown lang {lang!r}; use 'c' or 'c++'") from None
-
-
-def collect_sources(sources: Sequence[Source] | Source, ext: str) -> dict[str, str]:
-    """Name every source; inline strings become source0.cpp, source1.cpp, ..."""
-    if isinstance(sources, (str, os.PathLike, Mapping)):
-        sources = [sources]
-    named: dict[str, str] = {}
-    for i, item in enumerate(sources):
-        if isinstance(item, Mapping):
-            named.update({str(k): str(v) for k, v in item.items()})
-        elif isinstance(item, os.PathLike):
-            path = Path(item)
-            try:
-                named[path.name] = path.read_text()
-            except OSError as exc:
-                raise AbicacheError(f"cannot read source file {path}: {exc.strerror}") from None
-        elif isinstance(item, str):
-            named[f"source{i}{ext}"] = item
-        else:
-            raise AbicacheError(f"source {i} is a {type(item).__name__}; pass str code, a Path or a dict")
-    if not any(n.endswith(_COMPILED) for n in named):
-        raise AbicacheError("no source to compile (.c, .cc, .cpp or .cxx) among " + ", ".join(named))
-    return named
 
 
 def compiler_command(lang: str) -> list[str]:
@@ -127,12 +110,25 @@ class Plan(NamedTuple):
     kind: str
     name: str
     inputs: Inputs
-    build: Callable[[Path], None]
+    build: Callable[[Path], Any] | None  # None: the build engine runs `job`
     requires: tuple[str, ...] = ()
+    bases: Mapping[str, str] = {}  # where the folders its dependencies are recorded against are
+    job: Job | None = None
+    custom: Callable[[Path, Cache], Any] | None = None  # a builder that drives the engine itself
+
+    def builder(self, cache: Cache) -> Callable[[Path], Any]:
+        if self.build is not None:
+            return self.build
+        if self.custom is not None:
+            custom = self.custom
+            return lambda out: custom(out, cache)
+        assert self.job is not None
+        return _engine(self.job, cache)
 
     def run(self, cache: Cache | None = None) -> Artifact:
         cache = cache or default_cache()
-        return cache.get_or_build(self.kind, self.name, self.inputs, self.build, self.requires)
+        return cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
+                                  bases=self.bases)
 
 
 def library_plan(
@@ -144,17 +140,31 @@ def library_plan(
     ldflags: Sequence[str] = (),
 ) -> Plan:
     _, _, tool, ext = _lang(lang)
-    named = collect_sources(sources, ext)
+    tree = trees.make(sources, ext, cflags, _COMPILED)
     filename = library_filename(name)
     soname = [f"-Wl,-soname,{filename}"] if sys.platform.startswith("linux") else []
-    head = compiler_command(lang) + ["-shared", "-fPIC", "-O2", *cflags]
-    tail = [*soname, *ldflags]
+    tail = (*soname, *ldflags)
+    job = Job(f"library {name}", tuple(compiler_command(lang)), tool, lang, tree, ("-fPIC", "-O2"),
+                    ("-fPIC", "-O2"), ("-shared",), tail, filename)
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", "-fPIC", "-O2", *tree.key_flags, "|", *tail],
+                         tools=[tool], extra={"lang": lang})
+    return Plan("cc.library", name, inputs, None, bases=tree.bases, job=job)
 
-    def build(out: Path) -> None:
-        _compile(head, named, out / filename, tail, f"library {name}")
 
-    inputs = Inputs.make(named, flags=[*head[1:], "|", *tail], tools=[tool], extra={"lang": lang})
-    return Plan("cc.library", name, inputs, build)
+def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
+    def build(out: Path) -> BuildResult:
+        from . import progress
+        from .build import units
+
+        with progress.step(f"compiling {job.what} ({', '.join(f.name for f in job.tree.files)})"):
+            return BuildResult(deps=units.build(job, cache, out, runner(job.verbose)))
+
+    build.__qualname__ = f"build.units({job.what})"
+    return build
+
+
+def runner(verbose: bool) -> Callable[[list[str], Path, str], None]:
+    return lambda argv, cwd, what: run_compiler(argv, cwd, what, verbose)
 
 
 def build_library(
@@ -180,7 +190,8 @@ def load_library(
     cache: Cache | None = None,
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
-    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), _where(cache))
+    memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), _where(cache),
+            _here(sources, cflags))
     return _load_once(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
@@ -191,6 +202,13 @@ def load_library(
 def _where(cache: Cache | None) -> Any:
     """Which store a memo entry belongs to, without building a Path on every hit."""
     return cache.root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
+
+
+def _here(sources: Any, cflags: Sequence[str]) -> str | None:
+    """The working directory, where relative paths in sources or flags depend on it."""
+    relative = any(isinstance(s, os.PathLike) and not os.path.isabs(s) for s in
+                   ([sources] if isinstance(sources, (str, os.PathLike, Mapping)) else sources))
+    return os.getcwd() if relative or any(f.startswith(("-I", "-isystem", "-iquote")) for f in cflags) else None
 
 
 def _fingerprint(sources: Sequence[Source] | Source) -> Any:
@@ -212,18 +230,22 @@ def _fingerprint(sources: Sequence[Source] | Source) -> Any:
 
 
 def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callable[[Artifact], Any]) -> Any:
-    """Load an artifact once per process. gc may remove the entry between
-    lookup and load: then look it up (or build it) once more."""
-    loaded = _loaded.get(memo)
-    if loaded is None:
+    """Load an artifact once per process, and again when a header it was
+    compiled from changed (a notebook editing a header and loading again gets
+    the new code). gc may remove the entry between lookup and load: then look
+    it up (or build it) once more."""
+    held = _loaded.get(memo)
+    if held is not None and held[0].current():
+        return held[1]
+    art = get()
+    try:
+        loaded = load(art)
+    except OSError:
+        if art.path.exists():
+            raise
         art = get()
-        try:
-            loaded = load(art)
-        except OSError:
-            if art.path.exists():
-                raise
-            loaded = load(get())
-        _loaded[memo] = loaded
+        loaded = load(art)
+    _loaded[memo] = (art, loaded)
     return loaded
 
 
@@ -256,19 +278,18 @@ def module_plan(
     facts: Facts | None = None,
 ) -> Plan:
     _, _, tool, ext = _lang(lang)
-    named = collect_sources(sources, ext)
+    tree = trees.make(sources, ext, cflags, _COMPILED)
     pyflags, suffix, extra, declared = _python_flags(abi3, facts or default_cache().facts)
     filename = name + suffix
-    head = compiler_command(lang) + ["-shared", "-fPIC", "-O2", *pyflags, *cflags]
-    tail = list(ldflags)
-
-    def build(out: Path) -> None:
-        _compile(head, named, out / filename, tail, f"module {name}")
-
+    include = [f for f in pyflags if f.startswith("-I")]
+    defines = tuple(f for f in pyflags if not f.startswith("-I"))
     # The include path names this interpreter's install: the ABI stands for it in the key.
-    flags = [f for f in head[1:] if not f.startswith("-I")] + ["|", *tail]
-    inputs = Inputs.make(named, flags=flags, tools=[tool], extra={"lang": lang, **extra})
-    return Plan("cc.module", name, inputs, build, tuple(declared))
+    job = Job(f"module {name}", tuple(compiler_command(lang)), tool, lang, tree,
+                    ("-fPIC", "-O2", *defines, *include), ("-fPIC", "-O2", *defines), ("-shared",),
+                    tuple(ldflags), filename, covered=tuple(f[2:] for f in include))
+    flags = ["-shared", "-fPIC", "-O2", *defines, *tree.key_flags, "|", *ldflags]
+    inputs = Inputs.make(tree.key_sources(), flags=flags, tools=[tool], extra={"lang": lang, **extra})
+    return Plan("cc.module", name, inputs, None, tuple(declared), bases=tree.bases, job=job)
 
 
 def build_module(
@@ -303,7 +324,8 @@ def load_module(
     cache: Cache | None = None,
 ) -> ModuleType:
     """Build (once) and import a CPython extension module."""
-    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache))
+    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache),
+            _here(sources, cflags))
     return _load_once(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),

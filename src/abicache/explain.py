@@ -3,6 +3,7 @@ exactly which inputs or facts differ."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -106,6 +107,33 @@ def input_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Di
     return diffs
 
 
+def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[str, str] | None) -> list[Difference]:
+    """Which files the compiler read differ: against another entry's record
+    (`new`), or against the files as they are now under `bases`."""
+    if new is not None:
+        a = {(d.base, d.path): d.sha256 for d in old.deps}
+        b = {(d.base, d.path): d.sha256 for d in new.deps}
+        return [Difference(f"dependency {base}/{path}", _digest(a.get((base, path))), _digest(b.get((base, path))))
+                for base, path in sorted(set(a) | set(b)) if a.get((base, path)) != b.get((base, path))]
+    from .store import deps as depcheck
+
+    out = []
+    for dep in old.deps:
+        path = depcheck.resolve(dep, bases or {})
+        try:
+            sha = depcheck.digest(path, depcheck.witness(os.stat(path)), {}, "") if path else None
+        except OSError:
+            sha = None
+        if sha != dep.sha256:
+            out.append(Difference(f"dependency {dep.base}/{dep.path}", _digest(dep.sha256),
+                                  _digest(sha) if path else "(base not given)"))
+    return out
+
+
+def _digest(sha: str | None) -> str:
+    return "(absent)" if sha is None else sha[:12] + "..."
+
+
 def requirement_differences(manifest: Manifest, facts: FactSource) -> list[Difference]:
     return [
         Difference(f"requirement {u.requirement}", u.requirement.value,
@@ -121,9 +149,12 @@ def explain(
     name: str,
     wanted: Mapping[str, Any] | None,
     key: str | None,
+    bases: Mapping[str, str] | None = None,
 ) -> Explanation:
-    """Compare what a lookup wanted (or, without it, the newest entry) with the others."""
+    """Compare what a lookup wanted (or, without it, the newest entry) with the
+    others; entries of the same key also by the files the compiler read."""
     manifests = _manifests(store, kind, name)
+    newest = None
     if wanted is None and manifests:
         newest = max(manifests, key=lambda m: m.created)
         wanted, key = newest.inputs, newest.key
@@ -132,6 +163,8 @@ def explain(
     candidates = []
     for m in manifests:
         diffs = input_differences(m.inputs, wanted or {}) + requirement_differences(m, facts)
+        if m.key == key and m.deps:
+            diffs += dependency_differences(m, newest, bases)
         if not diffs and m.key == key:
             hit = True
             continue

@@ -27,11 +27,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .cache import Artifact, Cache, default_cache
-from .cc import (Plan, _compile, _fingerprint, _load_once, _where, compiler_command, import_extension,
-                 run_compiler)
+from .build import tree as trees
+from .build.job import CudaUnits, Job
+from .cc import Plan, _fingerprint, _load_once, _where, compiler_command, import_extension, runner
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
@@ -108,35 +109,36 @@ def _bindings(functions: Any) -> str:
     return "\n".join(lines + ["}"])
 
 
-def plan(name: str, sources: Mapping[str, str], *, stable: bool = False, target: str | None = None,
-         python_module: bool = True, extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
-         extra_include_paths: Sequence[str] = (), verbose: bool = False, facts: Facts | None = None) -> Plan:
-    """What to build and how it is keyed, for a classic or stable extension."""
+def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool = False,
+         target: str | None = None, python_module: bool = True, extra_cflags: Sequence[str] = (),
+         extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (), verbose: bool = False,
+         facts: Facts | None = None, use_pch: bool = False) -> Plan:
+    """What to build and how it is keyed, for a classic or stable extension.
+    sources: {name: code} (inline), or files compiled where they live."""
     facts = facts or default_cache().facts
     torch = TorchInstall(facts)
-    cpp = {n: c for n, c in sources.items() if not n.endswith(_CU_SUFFIXES)}
-    cuda = {n: c for n, c in sources.items() if n.endswith(_CU_SUFFIXES)}
-    includes = [f"-I{p}" for p in extra_include_paths]
+    flags = [*extra_cflags, *(f"-I{p}" for p in extra_include_paths)]
+    tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp", flags,
+                      (*trees.COMPILED, ".cuh"))
     if stable:
-        if cuda:
+        if any(f.name.endswith(_CU_SUFFIXES) for f in tree.files):
             raise AbicacheError("stable=True with CUDA sources is not supported yet; build the kernels "
                                 "with abicache.cuda and call them from a stable op")
-        return _stable_plan(name, cpp, torch, target, includes, extra_cflags, extra_ldflags, verbose)
-    return _classic_plan(name, cpp, cuda, torch, python_module, includes, extra_cflags, extra_ldflags, verbose)
+        _refuse_unstable_includes({f.name: f.code for f in tree.files})
+        return _stable_plan(name, tree, torch, target, extra_ldflags, verbose)
+    return _classic_plan(name, tree, torch, python_module, extra_ldflags, verbose, use_pch)
 
 
-def _classic_plan(name: str, cpp: dict[str, str], cuda: dict[str, str], torch: TorchInstall,
-                  python_module: bool, includes: list[str], cflags: Sequence[str],
-                  ldflags: Sequence[str], verbose: bool) -> Plan:
+def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_module: bool,
+                  ldflags: Sequence[str], verbose: bool, use_pch: bool = False) -> Plan:
     import sysconfig
 
     facts = torch.facts
-    python_include = ["-isystem", sysconfig.get_paths()["include"]]
+    python_include = sysconfig.get_paths()["include"]
     abi = facts.get("torch.cxx11abi")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if abi in ("0", "1") else []
-    # cpp_extension's own flags: no -O level unless the caller passes one.
-    flags = ["-shared", "-fPIC", "-std=c++20", *defines, *cflags]
+    cuda = any(f.name.endswith(".cu") for f in tree.files)
     libs = ["-lc10", "-ltorch_cpu", "-ltorch"] + (["-ltorch_python"] if python_module else [])
     # torch/extension.h includes Python.h: every classic build is tied to this
     # interpreter's ABI (cpp_extension keys its folder on py311 for the same reason).
@@ -144,6 +146,8 @@ def _classic_plan(name: str, cpp: dict[str, str], cuda: dict[str, str], torch: T
     tools = ["compiler.cxx", "torch.build"]
     declared = [f"torch.build == {facts.get('torch.build')}", f"python.abi == {python_abi}"]
     extra: dict[str, str] = {"python_module": str(python_module), "python.abi": python_abi}
+    covered = [str(torch.root / "include"), python_include]
+    nvcc = None
     if cuda:
         if facts.get("torch.flavor") != "cuda":
             raise AbicacheError(f"CUDA sources need a CUDA build of torch; this one is "
@@ -151,38 +155,48 @@ def _classic_plan(name: str, cpp: dict[str, str], cuda: dict[str, str], torch: T
         tools.append("cuda.nvcc")
         libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
+        nvcc = _nvcc_units(defines, torch, python_include, covered)
     suffix = (sysconfig.get_config_var("EXT_SUFFIX") or ".so") if python_module else ".so"
     filename = f"{name}{suffix}" if python_module else f"lib{name}.so"
-    args = [*flags, *torch.includes, *includes, *python_include]
+    # cpp_extension's own flags: no -O level unless the caller passes one.
+    key_cflags = ("-fPIC", "-std=c++20", *defines)
+    cflags = (*key_cflags, *torch.includes, "-isystem", python_include)
     # Library folders are paths: they go on the command line, not into the key.
-    tail = [f"-L{torch.lib_dir}", *(_cudart_dir() if cuda else []), *libs, *ldflags]
-    nvcc_args = ["-c", "-Xcompiler", "-fPIC", "-std=c++20", *defines, *torch.includes, *includes, *python_include]
-
-    def build(out: Path) -> None:
-        objects = (lambda work: _nvcc_objects(cuda, nvcc_args, work, name, verbose)) if cuda else None
-        _compile(compiler_command("c++") + args, {**cpp, **cuda}, out / filename, tail,
-                 f"torch extension {name}", verbose=verbose, objects=objects)
-
+    tail = (f"-L{torch.lib_dir}", *(_cudart_dir() if cuda else []), *libs, *ldflags)
+    job = Job(f"torch extension {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
+              cflags, key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose)
     kind = "torch.pybind" if python_module else "torch.classic"
-    inputs = Inputs.make({**cpp, **cuda}, flags=[*flags, *includes, "|", *libs, *ldflags],
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, "|", *libs, *ldflags],
                          tools=tools, extra=extra)
-    return Plan(kind, name, inputs, build, tuple(declared))
+    custom = _with_pch(job, torch, python_abi) if use_pch else None
+    return Plan(kind, name, inputs, None, tuple(declared), bases=tree.bases, job=job, custom=custom)
 
 
-def _nvcc_objects(cuda: dict[str, str], args: list[str], work: Path, name: str, verbose: bool) -> list[str]:
-    """Compile each .cu source to an object file in the scratch dir."""
+def _with_pch(job: Job, torch: TorchInstall, python_abi: str) -> Callable[[Path, Cache], Any]:
+    """Build with the shared precompiled torch/extension.h (made first if missing).
+    The output is the same program either way: use_pch is not in the key."""
+
+    def build(out: Path, cache: Cache) -> Any:
+        from .build import pch, units
+        from .cache import BuildResult
+
+        run = runner(job.verbose)
+        folder = pch.torch_extension(cache, job, torch.root / "include", python_abi, run)
+        fast = job._replace(cflags=("-I", folder, "-Winvalid-pch", *job.cflags), covered=(*job.covered, folder))
+        return BuildResult(deps=units.build(fast, cache, out, run))
+
+    return build
+
+
+def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, covered: list[str]) -> CudaUnits:
     from .env import probes
 
     nvcc = probes.nvcc_path()
     if nvcc is None:
-        raise BuildError(f"torch extension {name} has CUDA sources but no nvcc was found "
-                         "(PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    objects = []
-    for source in sorted(n for n in cuda if n.endswith(".cu")):
-        obj = f"{source}.o"
-        run_compiler([str(nvcc), *args, source, "-o", obj], work, f"torch extension {name}", verbose)
-        objects.append(obj)
-    return objects
+        raise BuildError("CUDA sources need nvcc, which was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    covered.append(str(Path(nvcc).resolve().parent.parent / "include"))
+    key = ("-Xcompiler", "-fPIC", "-std=c++20", *defines)
+    return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
 
 
 def _cudart_dir() -> list[str]:
@@ -194,27 +208,32 @@ def _cudart_dir() -> list[str]:
     return []
 
 
-def _stable_plan(name: str, cpp: dict[str, str], torch: TorchInstall, target: str | None,
-                 includes: list[str], cflags: Sequence[str], ldflags: Sequence[str], verbose: bool) -> Plan:
-    _refuse_unstable_includes(cpp)
-    flags = ["-shared", "-fPIC", "-O2", "-std=c++17", *cflags]
-    args = [*flags, *torch.includes, *includes]
-    tail = [f"-L{torch.lib_dir}", "-ltorch_cpu", *ldflags]
+def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str | None,
+                 ldflags: Sequence[str], verbose: bool) -> Plan:
+    key_cflags = ("-fPIC", "-O2", "-std=c++17")
+    tail = (f"-L{torch.lib_dir}", "-ltorch_cpu", *ldflags)
     filename = f"lib{name}.so"
     candidates = [target] if target else torch.stable_targets()
     for version in candidates:
         target_macro(version)  # validate early, before any build
+    job = Job(f"stable op {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree, key_cflags,
+              key_cflags, ("-shared",), tail, filename, (str(torch.root / "include"),), verbose=verbose)
 
-    def build(out: Path) -> list[str]:
+    def build(out: Path, cache: Cache) -> Any:
+        from .build import units
+        from .cache import BuildResult
+
         failures = []
         for version in candidates:
+            macro = target_macro(version)
+            attempt = job._replace(what=f"stable op {name} (target torch {version})",
+                                   cflags=(*job.cflags, macro, *torch.includes), key_cflags=(*job.key_cflags, macro))
             try:
-                _compile(compiler_command("c++") + args + [target_macro(version)], cpp, out / filename, tail,
-                         f"stable op {name} (target torch {version})", verbose=verbose)
+                deps = units.build(attempt, cache, out, runner(verbose))
             except BuildError as exc:
                 failures.append(exc)
                 continue
-            return [f"torch.version >= {version}"]
+            return BuildResult([f"torch.version >= {version}"], deps)
         if len(failures) == 1:
             raise failures[0]
         raise BuildError(f"stable op {name} does not compile for any target torch "
@@ -224,10 +243,11 @@ def _stable_plan(name: str, cpp: dict[str, str], torch: TorchInstall, target: st
     # Never the installed torch version: the target is the contract. Nor its flavor:
     # a CPU op built against +cpu loads into +cu128 alike, and an op that calls CUDA
     # shims gets `torch.flavor in cuda` from the audit (bench/matrix found the key too fine).
-    inputs = Inputs.make(cpp, flags=[*flags, *includes, "|", "-ltorch_cpu", *ldflags],
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, "|", "-ltorch_cpu",
+                                                  *ldflags],
                          tools=["compiler.cxx"], extra={"target": target or "auto"})
     declared = (f"torch.version >= {target}",) if target else ()
-    return Plan("torch.stable", name, inputs, build, declared)
+    return Plan("torch.stable", name, inputs, None, declared, bases=tree.bases, job=job, custom=build)
 
 
 _UNSTABLE_INCLUDE = re.compile(r'#\s*include\s*[<"](ATen/|torch/extension\.h|torch/library\.h|torch/torch\.h|'
@@ -246,21 +266,24 @@ def build_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any 
                  stable: bool = False, target: str | None = None, is_python_module: bool = True,
                  extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
                  extra_include_paths: Sequence[str] = (), verbose: bool = False,
-                 cache: Cache | None = None) -> Artifact:
-    """The cached build of an inline extension, not loaded."""
+                 cache: Cache | None = None, use_pch: bool = False) -> Artifact:
+    """The cached build of an inline extension, not loaded. use_pch: compile
+    against a precompiled torch/extension.h shared by every extension of this
+    torch (build/pch.py; classic builds only)."""
     cache = cache or default_cache()
     python_module = is_python_module and not stable
     sources = inline_sources(name, cpp_sources, functions, stable, python_module)
     return plan(name, sources, stable=stable, target=target, python_module=python_module,
                 extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                extra_include_paths=extra_include_paths, verbose=verbose, facts=cache.facts).run(cache)
+                extra_include_paths=extra_include_paths, verbose=verbose, facts=cache.facts,
+                use_pch=use_pch).run(cache)
 
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any = None,
                 stable: bool = False, target: str | None = None, is_python_module: bool = True,
                 extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
                 extra_include_paths: Sequence[str] = (), verbose: bool = False,
-                cache: Cache | None = None) -> Any:
+                cache: Cache | None = None, use_pch: bool = False) -> Any:
     """Like torch.utils.cpp_extension.load_inline: a module for pybind builds,
     else the loaded library's path (ops are then in torch.ops)."""
     memo = ("torch", name, _fingerprint(cpp_sources), repr(functions), stable, target, is_python_module,
@@ -270,7 +293,7 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any =
         lambda: build_inline(name, cpp_sources, functions=functions, stable=stable, target=target,
                              is_python_module=is_python_module, extra_cflags=extra_cflags,
                              extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                             verbose=verbose, cache=cache),
+                             verbose=verbose, cache=cache, use_pch=use_pch),
         lambda art: _load(art, python_module=is_python_module and not stable),
     )
 
@@ -278,25 +301,24 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any =
 def load(name: str, sources: Sequence[str | os.PathLike[str]], *, stable: bool = False,
          target: str | None = None, is_python_module: bool = True, extra_cflags: Sequence[str] = (),
          extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-         verbose: bool = False, cache: Cache | None = None) -> Any:
-    """Like torch.utils.cpp_extension.load: build from source files."""
-    named = {}
-    for item in sources:
-        path = Path(item)
-        try:
-            named[path.name] = path.read_text()
-        except OSError as exc:
-            raise AbicacheError(f"cannot read source file {path}: {exc.strerror}") from None
+         verbose: bool = False, cache: Cache | None = None, use_pch: bool = False) -> Any:
+    """Like torch.utils.cpp_extension.load: build from source files, each
+    compiled where it lives (so its sibling headers and relative include
+    paths work as with the compiler run by hand here). The headers they read
+    are recorded: editing one rebuilds, in this process too."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]  # torch takes one path as well as a list
+    paths = [Path(item) for item in sources]
     cache = cache or default_cache()
     python_module = is_python_module and not stable
-    memo = ("torch-load", name, tuple(sorted(named.items())), stable, target, python_module,
-            tuple(extra_cflags), tuple(extra_ldflags), tuple(extra_include_paths), cache.root)
+    memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module,
+            tuple(extra_cflags), tuple(extra_ldflags), tuple(extra_include_paths), os.getcwd(), _where(cache))
     return _load_once(
         memo,
-        lambda: plan(name, named, stable=stable, target=target, python_module=python_module,
+        lambda: plan(name, paths, stable=stable, target=target, python_module=python_module,
                      extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
                      extra_include_paths=extra_include_paths, verbose=verbose,
-                     facts=cache.facts).run(cache),
+                     facts=cache.facts, use_pch=use_pch).run(cache),
         lambda art: _load(art, python_module=python_module),
     )
 

@@ -10,12 +10,14 @@ artifact for the device and toolkit it was compiled for.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from ..archs import parse_target
-from ..cache import Artifact, Cache, default_cache
+from ..build import depfile, roots, tree as trees
+from ..cache import Artifact, BuildResult, Cache, default_cache
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 
@@ -44,19 +46,22 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
         raise AbicacheError(f"output={output!r} takes one arch; use output='fatbin' for several")
     name = name or _kernel_name(source)
     cache = cache or default_cache()
+    bases: dict[str, str] = {"cwd": os.getcwd()}
+    flags, key_flags = trees.include_bases(options, bases)  # include folders: bases, not paths, in the key
     if compiler == "nvcc":
-        identity, build = _nvcc_plan(source, archs, output, options, name, cache.facts.get("cuda.nvcc"))
+        tree = trees.Tree((trees.File(f"{name}.cu", source, None),), bases, flags, key_flags)
+        identity, build = _nvcc_plan(tree, archs, output, name, cache.facts.get("cuda.nvcc"))
     elif compiler == "nvrtc":
         if output == "fatbin":
             raise AbicacheError("NVRTC produces cubin or PTX, not fatbins; use compiler='nvcc'")
-        identity, build = _nvrtc_plan(source, archs[0], output, options, name, nvrtc_major,
-                                      cache.store.layout.tools)
+        identity, build = _nvrtc_plan(source, archs[0], output, list(flags), name, nvrtc_major,
+                                      cache.store.layout.tools, bases)
     else:
         raise AbicacheError(f"compiler={compiler!r}: use 'nvcc' or 'nvrtc'")
-    inputs = Inputs.make({f"{name}.cu": source}, flags=list(options),
+    inputs = Inputs.make({f"{name}.cu": source}, flags=list(key_flags),
                          extra={"arch": ",".join(archs), "output": output, "compiler": identity})
     target = _target_cache(cache, archs, identity)
-    art = target.get_or_build(f"cuda.{output}", name, inputs, build, _driver_floor(identity))
+    art = target.get_or_build(f"cuda.{output}", name, inputs, build, _driver_floor(identity), bases=bases)
     path = art.file()
     return Compiled(path.read_bytes(), path, art)
 
@@ -88,8 +93,7 @@ def _target_cache(cache: Cache, archs: list[str], identity: str) -> Cache:
     return cache.for_target(overrides)
 
 
-def _nvcc_plan(source: str, archs: list[str], output: str, options: Sequence[str], name: str,
-               identity: str | None):
+def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, identity: str | None):
     from ..env import probes
 
     nvcc = probes.nvcc_path()
@@ -101,17 +105,23 @@ def _nvcc_plan(source: str, archs: list[str], output: str, options: Sequence[str
         arch_flags = [f"-gencode=arch={_virtual(a)},code={a}" for a in archs]
     else:
         arch_flags = [f"-arch={archs[0]}"]
+    # The toolkit's own headers come with the nvcc version in the key.
+    toolkit = {roots.normal(str(Path(nvcc).parent.parent)), roots.normal(str(Path(nvcc).resolve().parent.parent))}
 
-    def build(out: Path) -> None:
+    def build(out: Path) -> BuildResult:
+        import tempfile
+
         from ..cc import run_compiler
 
-        src = out.parent / f"{out.name}-{name}.cu"
-        src.write_text(source)
-        try:
-            run_compiler([str(nvcc), f"-{output}", *arch_flags, *options, str(src), "-o", str(out / filename)],
-                         out.parent, f"CUDA {output} {name}")
-        finally:
-            src.unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory(prefix="abicache-nvcc-") as scratch:
+            src = Path(scratch) / tree.files[0].name
+            src.write_text(tree.files[0].code)
+            dfile = Path(scratch) / "deps.d"
+            run_compiler([str(nvcc), f"-{output}", *arch_flags, *tree.flags, str(src), "-o", str(out / filename),
+                          "-MD", "-MF", str(dfile)], Path(os.getcwd()), f"CUDA {output} {name}")
+            covered = [*toolkit, *roots.compiler_dirs(("c++",))]
+            read = depfile.read(dfile) if dfile.exists() else []
+            return BuildResult(deps=trees.dependencies(read, os.getcwd(), tree, covered, scratch))
 
     return identity, build
 
@@ -121,7 +131,7 @@ def _virtual(arch: str) -> str:
 
 
 def _nvrtc_plan(source: str, arch: str, output: str, options: Sequence[str], name: str, major: int | None,
-                memo_dir: Path):
+                memo_dir: Path, bases: dict[str, str]):
     from . import nvrtc
 
     identity = nvrtc.identity(major, memo_dir)
@@ -131,10 +141,12 @@ def _nvrtc_plan(source: str, arch: str, output: str, options: Sequence[str], nam
     opts = [f"--gpu-architecture={target}", *options]
     filename = name + OUTPUTS[output]
 
-    def build(out: Path) -> None:
+    def build(out: Path) -> BuildResult:
         data = nvrtc.compile_source(nvrtc.library(major), source, name, opts, output)
         if not data:
             raise BuildError(f"NVRTC returned no {output} for {name}")
         (out / filename).write_bytes(data)
+        # NVRTC cannot say which headers it read: every file of its include folders counts.
+        return BuildResult(deps=trees.every_file(bases, [b for b in bases if b.startswith("inc")]))
 
     return identity, build

@@ -16,12 +16,12 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, BuildError, ManifestError, UntrustedRootError
-from . import blobs, manifest as mf, stamps
+from . import blobs, deps, manifest as mf, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex
-from .manifest import FileRecord, Manifest
+from .manifest import Dependency, FileRecord, Manifest
 from .trust import Trust, ensure_root, walk_dirs
 
 
@@ -117,7 +117,7 @@ class Store:
                 f"manifest in {vdir} describes {manifest.kind}/{manifest.key[:16]}/"
                 f"{manifest.variant}, not this entry"
             )
-        if mf.variant_id(manifest.requirements) != manifest.variant:
+        if mf.variant_id(manifest.requirements, manifest.deps) != manifest.variant:
             raise ManifestError(f"manifest in {vdir}: its requirements do not give its variant id (edited)")
         return manifest
 
@@ -176,8 +176,17 @@ class Store:
         if hashed:
             every = len(hashed) == len(manifest.files)
             kept = {p: w for p, w in stamp.files.items() if p not in hashed}
-            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified)
+            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps)
         return None
+
+    def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
+        """The first of the entry's dependencies whose file changed (None: all
+        current); witnesses of current ones are remembered in its stamp."""
+        stamp = stamps.read(vdir, self.trust.ok)
+        changed, current = deps.first_changed(manifest.deps, bases, stamp.deps)
+        if changed is None and current:
+            stamps.remember_deps(vdir, stamp, current)
+        return changed
 
     def _file_problem(self, record: FileRecord, st: os.stat_result) -> str | None:
         if stat.S_ISREG(st.st_mode) and st.st_size == record.size and not st.st_mode & 0o222 \

@@ -39,6 +39,17 @@ class FileRecord(NamedTuple):
         return bool(self.mode & 0o111)
 
 
+class Dependency(NamedTuple):
+    """A file the compiler read that the key does not cover (a project header):
+    its path relative to a named base (the sources' folder, an include root)
+    and its sha256 when the entry was built. Lookups resolve the base anew, so
+    the entry does not depend on where the project is checked out."""
+
+    base: str  # "src", "inc0", ...; "abs" for a file outside every base (path is then absolute)
+    path: str
+    sha256: str
+
+
 class Manifest(NamedTuple):
     key: str
     variant: str
@@ -56,6 +67,7 @@ class Manifest(NamedTuple):
     created: float = 0.0
     build_seconds: float = 0.0
     signature: str | None = None
+    deps: tuple[Dependency, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +90,7 @@ class Manifest(NamedTuple):
             "created": self.created,
             "build_seconds": self.build_seconds,
             "signature": self.signature,
+            **({"deps": [list(d) for d in self.deps]} if self.deps else {}),
         }
 
     def dumps(self) -> bytes:
@@ -96,9 +109,13 @@ def preference(manifest: Manifest) -> tuple[int, float]:
     return len(manifest.requirements), manifest.created
 
 
-def variant_id(requirements: Requirements) -> str:
-    """One variant per distinct requirement set."""
-    return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
+def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = ()) -> str:
+    """One variant per distinct requirement set and, where the compiler read
+    files the key does not cover, per distinct set of their contents."""
+    if not deps:
+        return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
+    listed = "\n".join(f"{d.base}\0{d.path}\0{d.sha256}" for d in sorted(deps))
+    return hashlib.sha256(f"variant-v2\0{requirements}\0{listed}".encode()).hexdigest()[:16]
 
 
 def safe_relpath(path: Any) -> str:
@@ -189,6 +206,40 @@ def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
     return tuple(records)
 
 
+_BASE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _deps(doc: Mapping[str, Any]) -> tuple[Dependency, ...]:
+    value = doc.get("deps", [])
+    if not isinstance(value, list) or len(value) > MAX_FILES:
+        raise ManifestError(f"field 'deps' must be a list of at most {MAX_FILES} dependencies")
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)):
+            raise ManifestError("each dependency must be [base, path, sha256]")
+        base, path, sha = item
+        if not _BASE.match(base) or not _SHA.match(sha):
+            raise ManifestError(f"dependency {item!r} has a bad base or sha256")
+        if base == "abs":
+            if not path.startswith("/") or len(path) > 4096 or "\0" in path:
+                raise ManifestError(f"dependency {path!r} must be an absolute path")
+            check_text(path, "dependency")
+        else:
+            _dep_path(path)
+        out.append(Dependency(base, path, sha))
+    return tuple(sorted(set(out)))
+
+
+def _dep_path(path: str) -> None:
+    """Dependencies may name any relative path inside their base (even names
+    abicache reserves for entry files)."""
+    if not path or len(path) > 4096 or path.startswith("/") or "\\" in path:
+        raise ManifestError(f"dependency {path!r} is not a relative path")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        raise ManifestError(f"dependency {path!r} has an empty, '.' or '..' part")
+    check_text(path, "dependency")
+
+
 def _no_file_below_file(records: list[FileRecord]) -> None:
     paths = {r.path for r in records}
     for record in records:
@@ -233,4 +284,5 @@ def parse(data: bytes) -> Manifest:
         created=_number(doc, "created"),
         build_seconds=_number(doc, "build_seconds"),
         signature=signature,
+        deps=_deps(doc),
     )

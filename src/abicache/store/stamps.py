@@ -25,7 +25,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 FILENAME = ".abicache-stamp"
 #: a ctime younger than this is not trusted yet (timestamp granularity is a
@@ -43,11 +43,13 @@ def witness(st: os.stat_result) -> Witness:
 class Stamp:
     """What the last full check of a variant found, read from its stamp file."""
 
-    __slots__ = ("verified", "files")
+    __slots__ = ("verified", "files", "deps")
 
-    def __init__(self, verified: float = 0.0, files: Mapping[str, Witness] | None = None) -> None:
+    def __init__(self, verified: float = 0.0, files: Mapping[str, Witness] | None = None,
+                 deps: Mapping[str, Sequence[int]] | None = None, force: bool = False) -> None:
         self.verified = verified
         self.files = dict(files or {})
+        self.deps = dict(deps or {})  # dependency file -> witness at which it held its recorded bytes
 
     def vouches_for(self, path: str, st: os.stat_result) -> bool:
         return self.files.get(path) == witness(st)
@@ -64,14 +66,16 @@ def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
             return Stamp()
         doc = json.loads(os.read(fd, _MAX_BYTES))
         files = {str(p): (int(w[0]), int(w[1]), int(w[2])) for p, w in doc["files"].items()}
-        return Stamp(float(doc["verified"]), files)
+        deps = {str(p): tuple(int(x) for x in w) for p, w in doc.get("deps", {}).items()}
+        return Stamp(float(doc["verified"]), files, deps)
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return Stamp()
     finally:
         os.close(fd)
 
 
-def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float) -> None:
+def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float,
+          deps: Mapping[str, Sequence[int]] | None = None, force: bool = False) -> None:
     """Record the files just hashed (all of them matched) beside those the old
     stamp still vouches for. Racy ones are left out and will be hashed again;
     when that leaves nothing new, nothing is written (a hit right after a
@@ -81,10 +85,21 @@ def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness]
     now_ns = time.time_ns()
     limit = now_ns - int(RACY_SECONDS * 1e9)
     fresh = {p: list(w) for p, w in hashed.items() if w[2] < limit}
-    if not fresh:
+    if not fresh and not force:
         return
     files = {**{p: list(w) for p, w in kept.items()}, **fresh}
-    data = json.dumps({"verified": verified, "files": files}, separators=(",", ":")).encode()
+    doc = {"verified": verified, "files": files, "deps": {p: list(w) for p, w in (deps or {}).items()}}
+    _replace(vdir, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
+
+
+def remember_deps(vdir: Path, stamp: Stamp, current: Mapping[str, Sequence[int]]) -> None:
+    """Add the witnesses of dependencies just found current (if any are new)."""
+    if all(tuple(stamp.deps.get(p, ())) == tuple(w) for p, w in current.items()):
+        return
+    write(vdir, stamp.files, {}, stamp.verified, {**stamp.deps, **current}, force=True)
+
+
+def _replace(vdir: Path, data: bytes, now_ns: int) -> None:
     temp = vdir / f"{FILENAME}.{os.getpid()}-{now_ns}"
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)

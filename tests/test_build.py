@@ -1,0 +1,367 @@
+"""The build engine on real source trees, with real compilers: the key is
+everything the compiler read, sources compile where they live, translation
+units are parallel jobs cached as objects.
+
+Compiles are counted through a wrapper script set as $CXX that logs every
+command before it runs the real compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.build import depfile
+from abicache.store import deps as depcheck
+from conftest import SRC, need, run_py
+
+LIB = '#include "helper.h"\n#include "api.h"\nextern "C" int answer() { return helper() + API; }\n'
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory() -> None:
+    depcheck.forget()  # what this process remembers of header hashes
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    need("c++")
+    root = tmp_path / "proj"
+    (root / "csrc").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "csrc" / "lib.cpp").write_text(LIB)
+    (root / "csrc" / "helper.h").write_text("inline int helper() { return 41; }\n")
+    (root / "include" / "api.h").write_text("#define API 1\n")
+    return root
+
+
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$CXX logs each command line to the returned file, then runs c++."""
+    log = tmp_path / "compiles.log"
+    wrapper = tmp_path / "counting-c++"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    log.write_text("")
+    return log
+
+
+def _edit(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+LOAD = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from abicache import Cache, cc
+    os.chdir(sys.argv[1])
+    flags = [sys.argv[3]]
+    lib = cc.load_library("x", [Path("csrc/lib.cpp")], cflags=flags, cache=Cache(sys.argv[2]))
+    print(lib.answer())
+""")
+
+
+@pytest.mark.parametrize("include", ["relative", "absolute"])
+def test_a_header_edit_rebuilds_in_a_new_process(project: Path, tmp_path: Path, include: str) -> None:
+    store = tmp_path / "store"
+    flag = "-Iinclude" if include == "relative" else f"-I{project / 'include'}"
+
+    def answer() -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD, str(project), str(store), flag], capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    assert answer() == 42
+    assert answer() == 42  # a hit
+    _edit(project / "csrc" / "helper.h", "inline int helper() { return 98; }\n")  # a sibling header
+    assert answer() == 99
+    _edit(project / "include" / "api.h", "#define API 2\n")  # through the include path
+    assert answer() == 100
+    _edit(project / "include" / "api.h", "#define API 1\n")
+    _edit(project / "csrc" / "helper.h", "inline int helper() { return 41; }\n")
+    assert answer() == 42  # the first build holds these bytes again: a hit, not a build
+    entries = list(Cache(store).store.iter_variant_dirs())
+    assert len(entries) == 3
+
+
+def test_a_header_edit_rebuilds_in_the_same_process(project: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    cache = Cache(tmp_path / "store")
+    src = [Path("csrc/lib.cpp")]
+    assert cc.load_library("x", src, cflags=["-Iinclude"], cache=cache).answer() == 42
+    _edit(project / "include" / "api.h", "#define API 5\n")
+    assert cc.load_library("x", src, cflags=["-Iinclude"], cache=cache).answer() == 46
+    art = cc.build_library("x", src, cflags=["-Iinclude"], cache=cache)
+    assert art.hit and {d.path for d in art.manifest.deps} == {"helper.h", "api.h"}
+    assert {d.base for d in art.manifest.deps} == {"src", "inc0"}
+
+
+def test_explain_names_the_changed_header(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    cache = Cache(tmp_path / "store")
+    cc.build_library("x", [Path("csrc/lib.cpp")], cflags=["-Iinclude"], cache=cache)
+    _edit(project / "include" / "api.h", "#define API 7\n")
+    plan = cc.library_plan("x", [Path("csrc/lib.cpp")], cflags=["-Iinclude"])
+    text = str(cache.explain(plan.kind, plan.name, plan.inputs, plan.bases))
+    assert "dependency inc0/api.h" in text, text
+    cc.build_library("x", [Path("csrc/lib.cpp")], cflags=["-Iinclude"], cache=cache)
+    done = subprocess.run([sys.executable, "-m", "abicache", "explain", "x", "--root", str(cache.root)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert "dependency inc0/api.h" in done.stdout, done.stdout + done.stderr
+
+
+def test_two_clones_share_one_entry(project: Path, tmp_path: Path, counted: Path) -> None:
+    clone = tmp_path / "elsewhere" / "checkout"
+    shutil.copytree(project, clone)
+    cache = Cache(tmp_path / "store")
+    a = cc.build_library("x", [project / "csrc" / "lib.cpp"], cflags=[f"-I{project / 'include'}"], cache=cache)
+    b = cc.build_library("x", [clone / "csrc" / "lib.cpp"], cflags=[f"-I{clone / 'include'}"], cache=cache)
+    assert b.hit and b.path == a.path
+    assert len([line for line in counted.read_text().splitlines() if " -o " in line]) == 1
+    for dep in a.manifest.deps:
+        assert not dep.path.startswith("/") and dep.base != "abs"
+
+
+def test_inline_sources_still_work_and_record_nothing(tmp_path: Path) -> None:
+    need("c++")
+    art = cc.build_library("inl", ['extern "C" int v() { return 3; }'], cache=Cache(tmp_path / "s"))
+    assert art.manifest.deps == () and not art.hit
+
+
+# ---- translation units as jobs -----------------------------------------------------------------
+
+
+def _eight(root: Path) -> list[Path]:
+    (root / "inc").mkdir(parents=True, exist_ok=True)
+    (root / "inc" / "shared.h").write_text("#define SHARED 10\n")
+    (root / "inc" / "other.h").write_text("#define OTHER 1\n")
+    paths = []
+    for i in range(8):
+        header = "shared.h" if i < 3 else "other.h"
+        macro = "SHARED" if i < 3 else "OTHER"
+        path = root / f"u{i}.cpp"
+        path.write_text(f'#include "{header}"\nextern "C" int f{i}() {{ return {i} + {macro}; }}\n')
+        paths.append(path)
+    return paths
+
+
+def _compiles(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if " -c " in f" {line} "]
+
+
+def _units_compiled(log: Path) -> list[str]:
+    return sorted(next(w for w in reversed(line.split()) if w.endswith(".cpp")).rsplit("/", 1)[-1]
+                  for line in _compiles(log))
+
+
+def test_editing_one_of_eight_sources_compiles_one(tmp_path: Path, counted: Path) -> None:
+    paths = _eight(tmp_path / "p")
+    cache = Cache(tmp_path / "store")
+    lib = cc.load_library("eight", paths, cflags=[f"-I{tmp_path / 'p' / 'inc'}"], cache=cache)
+    assert [getattr(lib, f"f{i}")() for i in range(8)] == [10, 11, 12, 4, 5, 6, 7, 8]
+    assert _units_compiled(counted) == [f"u{i}.cpp" for i in range(8)]
+    counted.write_text("")
+    paths[5].write_text('#include "other.h"\nextern "C" int f5() { return 500; }\n')
+    lib = cc.load_library("eight", paths, cflags=[f"-I{tmp_path / 'p' / 'inc'}"], cache=cache)
+    assert lib.f5() == 500 and lib.f4() == 5
+    assert _units_compiled(counted) == ["u5.cpp"]
+    assert sum(1 for line in counted.read_text().splitlines() if " -shared " in f" {line} ") == 1  # one link
+
+
+def test_a_header_in_three_of_eight_compiles_three(tmp_path: Path, counted: Path) -> None:
+    paths = _eight(tmp_path / "p")
+    cache = Cache(tmp_path / "store")
+    flags = [f"-I{tmp_path / 'p' / 'inc'}"]
+    cc.build_library("eight", paths, cflags=flags, cache=cache)
+    counted.write_text("")
+    (tmp_path / "p" / "inc" / "shared.h").write_text("#define SHARED 20\n")
+    art = cc.build_library("eight", paths, cflags=flags, cache=cache)
+    assert not art.hit
+    assert _units_compiled(counted) == ["u0.cpp", "u1.cpp", "u2.cpp"]
+    lib = cc.load_library("eight", paths, cflags=flags, cache=cache)
+    assert [lib.f0(), lib.f2(), lib.f3()] == [20, 22, 4]
+
+
+def test_a_unit_shared_by_two_libraries_is_compiled_once(tmp_path: Path, counted: Path) -> None:
+    paths = _eight(tmp_path / "p")
+    cache = Cache(tmp_path / "store")
+    flags = [f"-I{tmp_path / 'p' / 'inc'}"]
+    cc.build_library("first", paths[:4], cflags=flags, cache=cache)
+    counted.write_text("")
+    cc.build_library("second", paths[2:6], cflags=flags, cache=cache)
+    assert _units_compiled(counted) == ["u4.cpp", "u5.cpp"]
+
+
+def test_max_jobs_and_progress_lines(tmp_path: Path) -> None:
+    need("c++")
+    paths = _eight(tmp_path / "p")
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from abicache import Cache, cc
+        paths = [Path(p) for p in {[str(p) for p in paths]!r}]
+        cc.build_library("eight", paths, cflags=["-I{tmp_path / 'p' / 'inc'}"], cache=Cache(STORE))
+    """)
+    done = run_py(code.replace("STORE", repr(str(tmp_path / "s"))), env={"MAX_JOBS": "3", "ABICACHE_PROGRESS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "8/8 units" in done.stderr, done.stderr
+    bad = run_py(code.replace("STORE", repr(str(tmp_path / "t"))), env={"MAX_JOBS": "lots"})
+    assert bad.returncode != 0 and "MAX_JOBS='lots'" in bad.stderr
+
+
+# ---- crashes and races -------------------------------------------------------------------------
+
+SLOW_BUILD = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from abicache import Cache, cc
+    paths = [Path(p) for p in sys.argv[3:]]
+    cc.build_library("eight", paths, cflags=["-I" + sys.argv[2]], cache=Cache(sys.argv[1], lock_timeout=120))
+    print("built")
+""")
+
+
+def _slow_wrapper(tmp_path: Path, log: Path) -> Path:
+    wrapper = tmp_path / "slow-c++"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nsleep 0.3\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) -> None:
+    import faultlib
+
+    need("c++")
+    paths = _eight(tmp_path / "p")
+    log = tmp_path / "log"
+    log.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(_slow_wrapper(tmp_path, log))}
+    store = tmp_path / "store"
+    argv = [sys.executable, "-c", SLOW_BUILD, str(store), str(tmp_path / "p" / "inc"), *map(str, paths)]
+    for delay in (0.5, 0.9, 1.3, 1.7):
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)  # the builder and its compilers
+        proc.wait()
+        assert faultlib.partial_entries(Cache(store)) == []
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr
+    assert faultlib.partial_entries(Cache(store)) == []
+
+
+def test_eight_processes_racing_compile_each_object_once(tmp_path: Path) -> None:
+    need("c++")
+    paths = _eight(tmp_path / "p")
+    log = tmp_path / "log"
+    log.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(_slow_wrapper(tmp_path, log))}
+    argv = [sys.executable, "-c", SLOW_BUILD, str(tmp_path / "store"), str(tmp_path / "p" / "inc"),
+            *map(str, paths)]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs) and all("built" in o for o in outs)
+    assert _units_compiled(log) == [f"u{i}.cpp" for i in range(8)]
+
+
+# ---- other compilers --------------------------------------------------------------------------------
+
+NV = '#include "k.h"\n__global__ void kern(int* x) { x[0] = K; }\n'
+
+
+@pytest.mark.parametrize("include", ["relative", "absolute"])
+def test_nvcc_compile_rebuilds_on_a_header_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, include: str) -> None:
+    from abicache import cuda
+
+    from abicache.env import probes
+
+    if probes.nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "k.h").write_text("#define K 3\n")
+    opts = ["-Iinc"] if include == "relative" else [f"-I{tmp_path / 'inc'}"]
+    cache = Cache(tmp_path / "store")
+    first = cuda.compile(NV, arch="sm_90", options=opts, cache=cache)
+    assert cuda.compile(NV, arch="sm_90", options=opts, cache=cache).artifact.hit
+    (tmp_path / "inc" / "k.h").write_text("#define K 4\n")
+    second = cuda.compile(NV, arch="sm_90", options=opts, cache=cache)  # same process
+    assert not second.artifact.hit and second.data != first.data
+    again = run_py(f"""
+import os; os.chdir({str(tmp_path)!r})
+from abicache import Cache, cuda
+print(cuda.compile({NV!r}, arch="sm_90", options={opts!r}, cache=Cache({str(tmp_path / 'store')!r})).artifact.hit)
+""")
+    assert again.returncode == 0 and again.stdout.strip() == "True", again.stderr
+
+
+TORCH_LOAD = textwrap.dedent("""
+    import ctypes, os, sys
+    from pathlib import Path
+    import abicache.torch as at
+    from abicache import Cache
+    os.chdir(sys.argv[1])
+    path = at.load("plain", [Path("csrc/lib.cpp")], extra_include_paths=[sys.argv[3]], is_python_module=False,
+                   cache=Cache(sys.argv[2]))
+    print(ctypes.CDLL(str(path)).answer())
+""")
+
+
+def test_torch_load_rebuilds_on_a_header_edit(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from corpus import torch_root
+
+    torch_root()
+    import ctypes
+
+    import abicache.torch as at
+
+    def fresh(include: str) -> int:
+        done = subprocess.run([sys.executable, "-c", TORCH_LOAD, str(project), str(tmp_path / "store"), include],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.strip().splitlines()[-1])
+
+    assert fresh("include") == 42
+    _edit(project / "include" / "api.h", "#define API 3\n")
+    assert fresh(str(project / "include")) == 44  # absolute include path: the same base
+    monkeypatch.chdir(project)
+    cache = Cache(tmp_path / "store")
+    path = at.load("plain", [Path("csrc/lib.cpp")], extra_include_paths=["include"], is_python_module=False,
+                   cache=cache)
+    assert ctypes.CDLL(str(path)).answer() == 44
+    _edit(project / "csrc" / "helper.h", "inline int helper() { return 1; }\n")
+    path = at.load("plain", [Path("csrc/lib.cpp")], extra_include_paths=["include"], is_python_module=False,
+                   cache=cache)
+    assert ctypes.CDLL(str(path)).answer() == 4  # same process, new code
+
+
+# ---- depfiles ----------------------------------------------------------------------------------------
+
+
+def test_depfile_syntax(tmp_path: Path) -> None:
+    text = "out.o: src/a.cpp /usr/include/stdio.h \\\n  inc/my\\ header.h $$dollar.h\n\nsrc/x.h:\n"
+    assert depfile.parse(text) == ["src/a.cpp", "/usr/include/stdio.h", "inc/my header.h", "$dollar.h"]
+    assert depfile.parse("a.o b.o: x.c y.h\nx.c:\n") == ["x.c", "y.h"]
+    assert depfile.parse("a.cubin : a.cu \\\n    k.h\n") == ["a.cu", "k.h"]
+
+
+def test_depfile_matches_what_gcc_wrote(tmp_path: Path) -> None:
+    need("c++")
+    (tmp_path / "dir with space").mkdir()
+    (tmp_path / "dir with space" / "h.h").write_text("#define H 1\n")
+    (tmp_path / "a.cpp").write_text('#include "h.h"\nint a = H;\n')
+    subprocess.run(["c++", "-c", "a.cpp", "-o", "a.o", "-I", "dir with space", "-MD", "-MF", "a.d"],
+                   cwd=tmp_path, check=True)
+    found = depfile.read(tmp_path / "a.d")
+    assert found[0] == "a.cpp" and "dir with space/h.h" in found
