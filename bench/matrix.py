@@ -47,7 +47,9 @@ from abicache.env import Facts  # noqa: E402
 from abicache.key import Inputs  # noqa: E402
 from abicache.requirements import Requirements  # noqa: E402
 
-ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX"]
+ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX",
+             "C project, header edited"]
+HEADERED = "C project, header edited"
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 
@@ -60,6 +62,7 @@ class Env:
     cuda: int  # toolkit, runtime and driver major
     device: str  # the GPU: sm_80 or sm_90
     target: str  # what its JIT compiles for: sm_80, sm_90 or sm_90a
+    header: int = 1  # which content the project's header has here (edited over time)
 
     @property
     def torch_version(self) -> str:
@@ -85,14 +88,14 @@ ENVS = [
     Env("E1 base", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90"),
     Env("E2 Python 3.12", "3.12", "2.9.1+cu128", "1", 12, "sm_90", "sm_90"),
     Env("E3 torch +cu130, CUDA 13", "3.11", "2.9.1+cu130", "1", 13, "sm_90", "sm_90"),
-    Env("E4 torch patch 2.9.0", "3.11", "2.9.0+cu128", "1", 12, "sm_90", "sm_90"),
-    Env("E5 torch +cpu", "3.11", "2.9.1+cpu", "1", 12, "sm_90", "sm_90"),
-    Env("E6 old C++ ABI build", "3.11", "2.9.1+cu128", "0", 12, "sm_90", "sm_90"),
-    Env("E7 Python 3.10, torch 2.10", "3.10", "2.10.0+cu130", "1", 13, "sm_90", "sm_90"),
-    Env("E8 Python 3.13, torch 2.11", "3.13", "2.11.0+cu130", "1", 13, "sm_90", "sm_90"),
-    Env("E9 A100 (sm_80)", "3.11", "2.9.1+cu128", "1", 12, "sm_80", "sm_80"),
-    Env("E10 H100, sm_90a kernels", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90a"),
-    Env("E11 A100, CUDA 13, 3.13", "3.13", "2.10.0+cu130", "1", 13, "sm_80", "sm_80"),
+    Env("E4 torch patch 2.9.0", "3.11", "2.9.0+cu128", "1", 12, "sm_90", "sm_90", 2),
+    Env("E5 torch +cpu", "3.11", "2.9.1+cpu", "1", 12, "sm_90", "sm_90", 2),
+    Env("E6 old C++ ABI build", "3.11", "2.9.1+cu128", "0", 12, "sm_90", "sm_90", 2),
+    Env("E7 Python 3.10, torch 2.10", "3.10", "2.10.0+cu130", "1", 13, "sm_90", "sm_90", 3),
+    Env("E8 Python 3.13, torch 2.11", "3.13", "2.11.0+cu130", "1", 13, "sm_90", "sm_90", 3),
+    Env("E9 A100 (sm_80)", "3.11", "2.9.1+cu128", "1", 12, "sm_80", "sm_80", 3),
+    Env("E10 H100, sm_90a kernels", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90a", 2),
+    Env("E11 A100, CUDA 13, 3.13", "3.13", "2.10.0+cu130", "1", 13, "sm_80", "sm_80", 2),
     Env("E12 base again", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90"),
 ]
 
@@ -123,6 +126,7 @@ RULES: dict[str, Callable[[Env, Env], bool]] = {
     "stable torch op": lambda b, e: tuple(map(int, e.torch_version.split(".")[:2])) >= (2, 9),
     "cubin": lambda b, e: _runs(request("cubin", b), e.device) and e.cuda >= b.cuda,
     "PTX": lambda b, e: _runs(request("PTX", b), e.device) and e.cuda >= b.cuda,
+    HEADERED: lambda b, e: b.header == e.header,
 }
 WHY_RULE = {
     "C library": "plain C: no Python, torch or CUDA dependency (audit: only glibc symbol versions)",
@@ -132,6 +136,8 @@ WHY_RULE = {
     "stable torch op": "stable C ABI: any torch >= its target 2.9 (audit: only aoti_torch_* shims)",
     "cubin": "sm_XY runs on X.y>=Y, sm_90a only on 9.0; driver >= the toolkit (audit: e_flags, tkinfo)",
     "PTX": "JITs forward from its compute arch; driver >= the toolkit's ISA (audit: .target, .version)",
+    HEADERED: "plain C, but its header was edited (E4, E7, E10) and restored (E12): only a build from the "
+              "same header bytes is the same program",
 }
 
 
@@ -170,6 +176,8 @@ def _command(art: str, env: Env) -> tuple[str, ...]:
         return (f"-arch={request(art, env)}",)
     if art in ("CPython module", "abi3 module", "classic torch op"):
         return (f"-I/usr/include/python{env.python}",)
+    if art == HEADERED:
+        return (f"header v{env.header}",)  # ninja's depfiles see the header change
     return ()
 
 
@@ -230,6 +238,8 @@ def abicache_plan(art: str, env: Env, facts: Facts) -> tuple[str, str, Inputs, R
         p = abitorch.plan("matrix", {"op.cpp": OP_SRC}, python_module=False, facts=facts)
     elif art == "stable torch op":
         p = abitorch.plan("matrix_stable", {"op.cpp": STABLE_SRC}, stable=True, target="2.9", facts=facts)
+    elif art == HEADERED:
+        p = cc.library_plan("proj", [HEADER_PROJECT / "proj.c"], lang="c")
     else:
         output = "cubin" if art == "cubin" else "ptx"
         inputs = Inputs.make({"scale.cu": KERNEL}, flags=[],
@@ -250,6 +260,7 @@ def requirements_of(art: str, built: Env) -> Requirements:
         "stable torch op": ["torch.version >= 2.9"],
         "cubin": [f"gpu.arch ~= {request(art, built)}", f"cuda.driver >= {built.cuda}.0"],
         "PTX": [f"gpu.arch ~= {request(art, built)}", f"cuda.driver >= {built.cuda}.0"],
+        HEADERED: [],
     }[art])
 
 
@@ -303,17 +314,42 @@ def simulate_scheme(scheme: Scheme) -> Tally:
 
 
 def simulate_abicache() -> Tally:
-    store: dict[str, list[tuple[Env, Requirements]]] = {}
+    """abicache's own code decides: keys from the real frontends' plans, requirements
+    by the real Requirements, and for the edited header the real dependency check
+    against the header as it is in each environment (written to disk)."""
+    from abicache.store import deps as depcheck
+
+    store: dict[str, list[tuple[Env, Requirements, tuple[Any, ...]]]] = {}
     facts = {env: facts_for(env) for env in ENVS}
 
     def find(art: str, env: Env) -> tuple[Env | None, Callable[[], None]]:
+        deps: tuple[Any, ...] = ()
+        if art == HEADERED:
+            deps = _write_header(env)
         kind, name, inputs, declared = abicache_plan(art, env, facts[env])
         k = keys.compute(kind, name, inputs.describe(facts[env]))
-        usable = [b for b, reqs in store.get(k, []) if reqs.satisfied_by(facts[env])]
+        bases = {"src": str(HEADER_PROJECT)}
+        usable = [b for b, reqs, d in store.get(k, [])
+                  if reqs.satisfied_by(facts[env]) and depcheck.first_changed(d, bases)[0] is None]
         reqs = declared | requirements_of(art, env)
-        return (usable[0] if usable else None), lambda: store.setdefault(k, []).append((env, reqs))
+        return (usable[0] if usable else None), lambda: store.setdefault(k, []).append((env, reqs, deps))
 
     return simulate(find)
+
+
+HEADER_PROJECT = Path(tempfile.mkdtemp(prefix="abicache-matrix-project-"))
+(HEADER_PROJECT / "proj.c").write_text('#include "proj.h"\nint answer(void) { return ANSWER; }\n')
+
+
+def _write_header(env: Env) -> tuple[Any, ...]:
+    """Put the header as it is in env on disk; the dependency a build there records."""
+    from abicache.store import deps as depcheck
+    from abicache.store.manifest import Dependency
+
+    text = f"#define ANSWER {40 + env.header}\n"
+    (HEADER_PROJECT / "proj.h").write_text(text)
+    depcheck.forget()  # as a new process would: no hash remembered from before the edit
+    return (Dependency("src", "proj.h", hashlib.sha256(text.encode()).hexdigest()),)
 
 
 def minimum_builds() -> int:
@@ -435,6 +471,8 @@ def evidence(loads: dict[tuple[str, str], str], clib: dict[str, str], audited: d
     for art in ARTIFACTS:
         if art == "C library" and pythons == set(PYTHONS) and all(v == "42" for v in clib.values()):
             out[art] = "measured: loaded by 3.10-3.13 with ctypes"
+        elif art == HEADERED:
+            out[art] = "measured: tests/test_build.py compiles, edits the header, loads the new answer"
         elif art in ("CPython module", "abi3 module") and pythons == set(PYTHONS):
             out[art] = "measured: real loads under 3.10-3.13" + (" (+ the per-minor rule)" if art == "CPython module" else "")
         else:

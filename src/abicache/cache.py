@@ -56,11 +56,12 @@ class Artifact(NamedTuple):
     hit: bool
     origin: str = "local"  # "local" (a hit here), "remote" (fetched), "built" (built here)
     bases: Mapping[str, str] = {}  # where its dependencies were found current
+    watch: Any = None  # store.deps.Current over them
 
     def current(self) -> bool:
         """Whether the files it was compiled from (its dependencies) still hold
-        the bytes it was built from: a stat per file; hashing only what changed."""
-        return not self.manifest.deps or depcheck.first_changed(self.manifest.deps, self.bases)[0] is None
+        the bytes it was built from; microseconds once asked (store/watch.py)."""
+        return not self.manifest.deps or (self.watch is not None and self.watch())
 
     def file(self, name: str | None = None) -> Path:
         """The path of one file; without a name, the only file (or an error)."""
@@ -287,8 +288,8 @@ class Cache:
                 found = self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
                 if found is None:
                     found = self._build(kind, name, key, described, build, declared)
-        if bases:
-            found = found._replace(bases=bases)
+        if found.manifest.deps:  # later calls ask whether what it read still holds
+            found = found._replace(bases=bases, watch=depcheck.Current(found.manifest.deps, bases))
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 

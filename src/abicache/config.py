@@ -31,6 +31,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_SIGNING_KEY": ("", "Ed25519 private key file (PEM) that signs uploaded manifests"),
     "ABICACHE_TRUSTED_KEYS": ("", "comma-separated public keys (ed25519:...) or files of them; "
                               "when set, remote manifests must carry a signature by one of them"),
+    "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 
 

@@ -33,6 +33,7 @@ from .cache import Artifact, Cache, default_cache
 from .build import tree as trees
 from .build.job import CudaUnits, Job
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command, import_extension, runner
+from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
@@ -131,10 +132,8 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool 
 
 def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_module: bool,
                   ldflags: Sequence[str], verbose: bool, use_pch: bool = False) -> Plan:
-    import sysconfig
-
     facts = torch.facts
-    python_include = sysconfig.get_paths()["include"]
+    python_include = cc_python_include()
     abi = facts.get("torch.cxx11abi")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if abi in ("0", "1") else []
@@ -156,7 +155,7 @@ def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_modul
         libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
         nvcc = _nvcc_units(defines, torch, python_include, covered)
-    suffix = (sysconfig.get_config_var("EXT_SUFFIX") or ".so") if python_module else ".so"
+    suffix = ext_suffix() if python_module else ".so"
     filename = f"{name}{suffix}" if python_module else f"lib{name}.so"
     # cpp_extension's own flags: no -O level unless the caller passes one.
     key_cflags = ("-fPIC", "-std=c++20", *defines)

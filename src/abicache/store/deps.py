@@ -15,11 +15,13 @@ witness changed; a witness younger than stamps.RACY_SECONDS is never trusted
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Mapping, Sequence
 
 from . import blobs, stamps
 from .manifest import Dependency
+from .watch import Watch
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -48,7 +50,7 @@ def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recor
     known = _known.get(path)
     if known is not None and known[0] == w:
         return known[1]
-    if tuple(remembered.get(path, ())) == w:  # the stamp: at this witness it held `recorded`
+    if remembered.get(path) == [*w]:  # the stamp (JSON lists): at this witness it held `recorded`
         return recorded
     sha, _ = blobs.hash_file(path)  # type: ignore[arg-type]
     if _settled(w):
@@ -61,19 +63,63 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     """(the first dependency whose file changed or is gone, or None; the
     settled witnesses of the files found current, to remember)."""
     current: dict[str, Witness] = {}
+    limit = time.time_ns() - int(stamps.RACY_SECONDS * 1e9)
+    roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}
     for dep in deps:
-        path = resolve(dep, bases)
+        root = roots.get(dep.base)
+        path = root + dep.path if root is not None else resolve(dep, bases)
         if path is None:
             return dep, current
         try:
-            w = witness(os.stat(path))
+            st = os.stat(path)
         except OSError:
             return dep, current
-        if digest(path, w, remembered, dep.sha256) != dep.sha256:
+        if not stat.S_ISREG(st.st_mode):
+            return dep, current  # never read a device or a pipe in its place
+        w = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = _known.get(path)
+        if known is not None and known[0] == w:
+            sha = known[1]
+        else:
+            sha = digest(path, w, remembered, dep.sha256)
+        if sha != dep.sha256:
             return dep, current
-        if _settled(w):
+        if w[2] < limit and w[3] < limit:
             current[path] = w
     return None, current
+
+
+class Current:
+    """Whether an entry's dependencies still hold their bytes, asked again and
+    again in one process (the in-process memos): the first call checks them
+    and arms a Watch; later calls ask the Watch, and check again only when it
+    saw something (a touch is not a change: still current)."""
+
+    __slots__ = ("deps", "bases", "watch")
+
+    def __init__(self, deps: Sequence[Dependency], bases: Mapping[str, str]) -> None:
+        self.deps, self.bases = deps, bases
+        self.watch: Watch | None = None
+
+    def __call__(self) -> bool:
+        if self.watch is not None and self.watch.unchanged():
+            return True
+        changed, _, self.watch = watched(self.deps, self.bases)
+        return changed is None
+
+
+def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
+            remembered: Mapping[str, Sequence[int]] = {}) -> tuple[Dependency | None, dict[str, Witness], Watch | None]:
+    """first_changed, and when all are current a Watch that says cheaply
+    whether they still are (armed before the check: nothing slips between)."""
+    paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
+    watch = Watch(paths)
+    changed, current = first_changed(deps, bases, remembered)
+    if changed is not None:
+        return changed, current, None
+    if len(current) == len(paths):  # every witness settled: the stat fallback is sound too
+        watch.settle(list(current.items()))
+    return None, current, watch
 
 
 def forget() -> None:

@@ -40,6 +40,7 @@ class Store:
         self.layout = Layout(Path(root))
         self.trust = Trust(group)
         self._ready = False
+        self._written = False
 
     @property
     def root(self) -> Path:
@@ -49,23 +50,24 @@ class Store:
     def shared(self) -> bool:
         return self.trust.shared
 
-    def ensure(self) -> None:
-        """Check the root and the layout (once per process and root), creating
-        and repairing what is missing or left open. A folder deleted later is
+    def ensure(self, *, writing: bool = False) -> None:
+        """Check the root, v1/ and entries/ (once per process and root), and
+        before the first write every other folder of the layout, creating and
+        repairing what is missing or left open. A folder deleted later is
         made again where it is next needed (make_dir)."""
-        if self._ready:
+        if self._ready and (self._written or not writing):
             return
-        memo = (os.fspath(self.layout.root), self.trust.group)
+        memo = (os.fspath(self.layout.root), self.trust.group, writing)
         real = _ENSURED.get(memo)
         if real is None:
             real = ensure_root(self.layout.root, self.trust)
             base = os.path.join(real, LAYOUT_VERSION)
-            self._ensure_folder(base)
-            for folder in FOLDERS:
-                self._ensure_folder(os.path.join(base, folder))
+            for folder in ("", *(FOLDERS if writing else ("entries",))):
+                self._ensure_folder(os.path.join(base, folder) if folder else base)
             _ENSURED[memo] = real
         self.layout = Layout(real)
         self._ready = True
+        self._written = self._written or writing
 
     def _ensure_folder(self, path: str) -> None:
         try:
@@ -110,7 +112,7 @@ class Store:
             data = _read_upto(fd, mf.MAX_BYTES + 1)
         finally:
             os.close(fd)
-        manifest = mf.parse(data)
+        manifest = mf.parse(data, local=True)
         where = (vdir.parent.parent.parent.name, vdir.parent.name, vdir.name)
         if (manifest.kind, manifest.key, manifest.variant) != where:
             raise ManifestError(
@@ -181,7 +183,8 @@ class Store:
 
     def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
         """The first of the entry's dependencies whose file changed (None: all
-        current); witnesses of current ones are remembered in its stamp."""
+        current); witnesses of current ones are remembered in its stamp for
+        the next process."""
         stamp = stamps.read(vdir, self.trust.ok)
         changed, current = deps.first_changed(manifest.deps, bases, stamp.deps)
         if changed is None and current:
@@ -262,7 +265,7 @@ class Store:
         """A fresh private directory under tmp/; removed if the block fails."""
         import tempfile  # the write side is only reached on a miss
 
-        self.ensure()
+        self.ensure(writing=True)
         try:
             path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
         except FileNotFoundError:  # tmp/ was deleted under us: make it again

@@ -206,38 +206,45 @@ def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
     return tuple(records)
 
 
-_BASE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_DEP_BASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_DEP_SHA = re.compile(r"[0-9a-f]{64}")
+_DEP_CHARS = re.compile(r"[^\\\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}")
 
 
-def _deps(doc: Mapping[str, Any]) -> tuple[Dependency, ...]:
+def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
+    """[[base, path, sha256], ...]: a relative path inside a named base, or an
+    absolute one under base "abs"; printable, no backslash, no '.' or '..'
+    parts. A manifest from the local store (owner-checked, and validated in
+    full when it came from a remote) gets the structural check only: a
+    dependency is only ever stat'ed and hashed, never written or loaded, and
+    real projects list hundreds on every lookup."""
     value = doc.get("deps", [])
     if not isinstance(value, list) or len(value) > MAX_FILES:
         raise ManifestError(f"field 'deps' must be a list of at most {MAX_FILES} dependencies")
-    out = []
+    check = _shaped_dep if local else _good_dep
+    out = set()
     for item in value:
-        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)):
-            raise ManifestError("each dependency must be [base, path, sha256]")
-        base, path, sha = item
-        if not _BASE.match(base) or not _SHA.match(sha):
-            raise ManifestError(f"dependency {item!r} has a bad base or sha256")
-        if base == "abs":
-            if not path.startswith("/") or len(path) > 4096 or "\0" in path:
-                raise ManifestError(f"dependency {path!r} must be an absolute path")
-            check_text(path, "dependency")
-        else:
-            _dep_path(path)
-        out.append(Dependency(base, path, sha))
-    return tuple(sorted(set(out)))
+        if not check(item):
+            raise ManifestError(f"dependency {item!r} is not [base, relative path, sha256] (or [\"abs\", "
+                                "absolute path, sha256]) of printable characters without '.' or '..' parts")
+        out.add(Dependency(*item))
+    return tuple(sorted(out))
 
 
-def _dep_path(path: str) -> None:
-    """Dependencies may name any relative path inside their base (even names
-    abicache reserves for entry files)."""
-    if not path or len(path) > 4096 or path.startswith("/") or "\\" in path:
-        raise ManifestError(f"dependency {path!r} is not a relative path")
-    if any(part in ("", ".", "..") for part in path.split("/")):
-        raise ManifestError(f"dependency {path!r} has an empty, '.' or '..' part")
-    check_text(path, "dependency")
+def _shaped_dep(item: Any) -> bool:
+    return type(item) is list and len(item) == 3 and all(type(x) is str for x in item)
+
+
+def _good_dep(item: Any) -> bool:
+    if type(item) is not list or len(item) != 3 or not all(type(x) is str for x in item):
+        return False
+    base, path, sha = item
+    if not (_DEP_SHA.fullmatch(sha) and _DEP_BASE.fullmatch(base) and _DEP_CHARS.fullmatch(path)):
+        return False
+    if path.startswith("/") != (base == "abs") or path == "/":
+        return False
+    wrapped = f"/{path.strip('/')}/"
+    return not (path.endswith("/") or "//" in path or "/./" in wrapped or "/../" in wrapped)
 
 
 def _no_file_below_file(records: list[FileRecord]) -> None:
@@ -249,8 +256,9 @@ def _no_file_below_file(records: list[FileRecord]) -> None:
                 raise ManifestError(f"file {record.path!r} lies below file {'/'.join(parts[:i])!r}")
 
 
-def parse(data: bytes) -> Manifest:
-    """Validate raw manifest bytes; every problem is a ManifestError naming the field."""
+def parse(data: bytes, *, local: bool = False) -> Manifest:
+    """Validate raw manifest bytes; every problem is a ManifestError naming the
+    field. local: read from this machine's store (see _deps)."""
     if len(data) > MAX_BYTES:
         raise ManifestError(f"manifest is {len(data)} bytes; the limit is {MAX_BYTES}")
     try:
@@ -284,5 +292,5 @@ def parse(data: bytes) -> Manifest:
         created=_number(doc, "created"),
         build_seconds=_number(doc, "build_seconds"),
         signature=signature,
-        deps=_deps(doc),
+        deps=_deps(doc, local),
     )

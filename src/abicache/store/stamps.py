@@ -66,7 +66,9 @@ def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
             return Stamp()
         doc = json.loads(os.read(fd, _MAX_BYTES))
         files = {str(p): (int(w[0]), int(w[1]), int(w[2])) for p, w in doc["files"].items()}
-        deps = {str(p): tuple(int(x) for x in w) for p, w in doc.get("deps", {}).items()}
+        deps = doc.get("deps", {})  # path -> [inode, size, mtime, ctime]; a wrong one only fails to vouch
+        if not isinstance(deps, dict):
+            deps = {}
         return Stamp(float(doc["verified"]), files, deps)
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return Stamp()
@@ -94,7 +96,7 @@ def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness]
 
 def remember_deps(vdir: Path, stamp: Stamp, current: Mapping[str, Sequence[int]]) -> None:
     """Add the witnesses of dependencies just found current (if any are new)."""
-    if all(tuple(stamp.deps.get(p, ())) == tuple(w) for p, w in current.items()):
+    if all(stamp.deps.get(p) == [*w] for p, w in current.items()):
         return
     write(vdir, stamp.files, {}, stamp.verified, {**stamp.deps, **current}, force=True)
 

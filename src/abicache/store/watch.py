@@ -1,0 +1,135 @@
+"""Knowing that files have not changed since they were checked, without a
+system call per file: an in-process memo of a build that read 200 headers
+must see an edit (a notebook editing a header and loading again) and still
+answer in microseconds.
+
+Linux, with inotify_simple: one inotify instance per process watches each
+folder that holds checked files; any event in it (a write, a chmod, a file
+created, moved or deleted, the folder itself moved) bumps that folder's
+generation. A Watch records the generations of its folders *before* its
+files are verified, so an edit during the check is never missed; asking it
+drains pending events (one non-blocking read) and compares generations.
+Elsewhere, when watches run out, or after the event queue overflowed: stat
+every file and compare its witness (inode, size, mtime, ctime), trusting no
+witness younger than a clock tick can tell apart.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Sequence
+
+Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
+
+
+class _Events:
+    """The process's inotify instance and the generation of each watched folder."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        import inotify_simple
+        from inotify_simple import INotify, flags
+
+        # inotify_simple finds libc with ctypes.util.find_library, which runs
+        # `ldconfig -p`: 5 ms and a process. The running program already has libc.
+        if getattr(inotify_simple, "_libc", 1) is None:
+            inotify_simple._libc = ctypes.CDLL(None, use_errno=True)
+        self._inotify = INotify()
+        import atexit
+
+        atexit.register(self._inotify.close)  # no "unclosed file" warning at exit
+        self._mask = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.MOVED_FROM | flags.MOVED_TO
+                      | flags.CREATE | flags.DELETE | flags.DELETE_SELF | flags.MOVE_SELF)
+        self._overflow, self._ignored = flags.Q_OVERFLOW, flags.IGNORED
+        self.folders: dict[str, int] = {}  # folder -> watch descriptor
+        self.generation: dict[int, int] = {}  # watch descriptor -> events seen
+        self.lock = threading.Lock()
+
+    def arm(self, folder: str) -> int | None:
+        wd = self.folders.get(folder)
+        if wd is None:
+            try:
+                wd = self._inotify.add_watch(folder, self._mask)
+            except OSError:
+                return None  # out of watches, or no such folder: stat instead
+            self.folders[folder] = wd
+            self.generation.setdefault(wd, 0)
+        return wd
+
+    def drain(self) -> None:
+        for event in self._inotify.read(timeout=0):
+            if event.mask & self._overflow:  # events were lost: everything may have changed
+                for wd in self.generation:
+                    self.generation[wd] += 1
+                continue
+            self.generation[event.wd] = self.generation.get(event.wd, 0) + 1
+            if event.mask & self._ignored:  # the watch is gone (folder deleted): never trust it again
+                self.generation[event.wd] = -1 - self.generation[event.wd]
+                self.folders = {f: w for f, w in self.folders.items() if w != event.wd}
+
+
+_events: _Events | None = None
+_tried = False
+
+
+def _shared() -> _Events | None:
+    global _events, _tried
+    if not _tried:
+        _tried = True
+        try:
+            _events = _Events()
+        except (ImportError, OSError, AttributeError):
+            _events = None  # not Linux, no inotify_simple, or no inotify instance left
+    return _events
+
+
+class Watch:
+    """Whether a set of files is unchanged since the Watch was made (see module)."""
+
+    __slots__ = ("marks", "files")
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
+        self.marks: list[tuple[int, int]] | None = None
+        events = _shared()
+        if events is None:
+            return
+        with events.lock:
+            events.drain()
+            marks = []
+            for folder in sorted({os.path.dirname(p) for p in paths}):
+                wd = events.arm(folder)
+                if wd is None:
+                    return
+                marks.append((wd, events.generation[wd]))
+            self.marks = marks
+
+    def settle(self, witnesses: Sequence[tuple[str, Witness]]) -> Watch:
+        """The witnesses the check found (the fallback's baseline)."""
+        self.files = list(witnesses)
+        return self
+
+    def unchanged(self) -> bool:
+        events = _events
+        if self.marks is not None and events is not None:
+            with events.lock:
+                events.drain()
+                return all(events.generation.get(wd) == g for wd, g in self.marks)
+        if self.files is None:
+            return False
+        for path, w in self.files:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False
+            if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != w:
+                return False
+        return True
+
+
+def describe() -> dict[str, Any]:
+    """For `abicache env`: how this process watches files."""
+    events = _shared()
+    return {"inotify": events is not None, "folders": len(events.folders) if events else 0}
