@@ -70,6 +70,19 @@ def make_project(root: Path) -> list[Path]:
 
 # ---- the three tools, each in a fresh interpreter -----------------------------------------------
 
+# Both tools' scripts end alike: the loaded library answers, then `repeat` in-process hits.
+_REPEAT = """
+import ctypes
+value = ctypes.CDLL(str(path)).f0(1)
+n = int(sys.argv[3])
+rep = 0.0
+if n:
+    t = time.perf_counter()
+    for _ in range(n):
+        {call}
+    rep = (time.perf_counter() - t) / n
+"""
+
 ABICACHE = """
 import json, os, sys, time
 from pathlib import Path
@@ -82,15 +95,7 @@ art = at.plan("bench_ext", paths, extra_include_paths=[sys.argv[2]], python_modu
 t_lookup = time.perf_counter() - t1  # what abicache does: key, lookup, header check
 path = at.load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False)
 t2 = time.perf_counter()
-import ctypes
-value = ctypes.CDLL(str(path)).f0(1)
-n = int(sys.argv[3])
-rep = 0.0
-if n:
-    t = time.perf_counter()
-    for _ in range(n):
-        at.load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False)
-    rep = (time.perf_counter() - t) / n
+""" + _REPEAT.format(call='at.load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False)') + """
 print(json.dumps({"import": t1 - t0, "call": t2 - t1, "lookup": t_lookup, "repeat": rep, "value": value}))
 """
 
@@ -124,15 +129,8 @@ paths = json.loads(sys.argv[1])
 t1 = time.perf_counter()
 path = load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False, verbose=False)
 t2 = time.perf_counter()
-import ctypes
-value = ctypes.CDLL(str(path)).f0(1)
-n = int(sys.argv[3])
-rep = 0.0
-if n:
-    t = time.perf_counter()
-    for _ in range(n):
-        load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False, verbose=False)
-    rep = (time.perf_counter() - t) / n
+""" + _REPEAT.format(call='load("bench_ext", paths, extra_include_paths=[sys.argv[2]], is_python_module=False, '
+                          'verbose=False)') + """
 print(json.dumps({"call": t2 - t1, "repeat": rep, "value": value}))
 """
 

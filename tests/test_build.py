@@ -240,16 +240,23 @@ def _slow_wrapper(tmp_path: Path, log: Path) -> Path:
     return wrapper
 
 
-def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) -> None:
-    import faultlib
-
+def _slow_build(tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """(argv of a process building the 8 units with a slow compiler, its env, the compile log)."""
     need("c++")
     paths = _eight(tmp_path / "p")
     log = tmp_path / "log"
     log.write_text("")
     env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(_slow_wrapper(tmp_path, log))}
+    argv = [sys.executable, "-c", SLOW_BUILD, str(tmp_path / "store"), str(tmp_path / "p" / "inc"),
+            *map(str, paths)]
+    return argv, env, log
+
+
+def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) -> None:
+    import faultlib
+
+    argv, env, _ = _slow_build(tmp_path)
     store = tmp_path / "store"
-    argv = [sys.executable, "-c", SLOW_BUILD, str(store), str(tmp_path / "p" / "inc"), *map(str, paths)]
     for delay in (0.5, 0.9, 1.3, 1.7):
         proc = subprocess.Popen(argv, env=env, start_new_session=True)
         time.sleep(delay)
@@ -262,13 +269,7 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
 
 
 def test_eight_processes_racing_compile_each_object_once(tmp_path: Path) -> None:
-    need("c++")
-    paths = _eight(tmp_path / "p")
-    log = tmp_path / "log"
-    log.write_text("")
-    env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(_slow_wrapper(tmp_path, log))}
-    argv = [sys.executable, "-c", SLOW_BUILD, str(tmp_path / "store"), str(tmp_path / "p" / "inc"),
-            *map(str, paths)]
+    argv, env, log = _slow_build(tmp_path)
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) for _ in range(8)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs) and all("built" in o for o in outs)

@@ -1,0 +1,34 @@
+"""What the engine builds: one output from a source tree (a plain value,
+made on every lookup, so it imports nothing heavy)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .tree import Tree
+
+
+class CudaUnits(NamedTuple):
+    """.cu units compile with nvcc to objects; the job's compiler links them."""
+
+    nvcc: tuple[str, ...]
+    flags: tuple[str, ...]  # for the command line
+    key_flags: tuple[str, ...]  # as they go into the object's key
+
+
+class Job(NamedTuple):
+    """One output built from a tree."""
+
+    what: str  # "library add", for messages
+    compiler: tuple[str, ...]  # the compiler command, e.g. ("c++",)
+    tool: str  # the fact that identifies it, e.g. "compiler.cxx"
+    lang: str
+    tree: Tree
+    cflags: tuple[str, ...]  # compile flags (the tree's include flags are added)
+    key_cflags: tuple[str, ...]  # the same as they go into keys
+    link: tuple[str, ...]  # flags that make the output, before the inputs ("-shared")
+    ldflags: tuple[str, ...]  # after the inputs
+    output: str  # file name written into the output folder
+    covered: tuple[str, ...] = ()  # the frontend's covered roots (torch, CUDA, Python includes)
+    cuda: CudaUnits | None = None  # how .cu units compile (torch extensions with CUDA sources)
+    verbose: bool = False  # print every compiler command

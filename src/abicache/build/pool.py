@@ -1,0 +1,93 @@
+"""Run translation units as parallel jobs, with progress lines.
+
+The pool has MAX_JOBS workers (as torch's cpp_extension reads it), else one
+per core. Jobs are threads that wait on compiler processes. The first
+failure stops new jobs from starting and is raised once the running ones end.
+Progress goes to stderr when wanted (see progress.py): a line as each unit
+finishes, with the count and the slowest one still running, at most one a
+second unless it is the last.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Sequence, TypeVar
+
+from .. import progress
+from ..errors import ConfigError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def max_jobs() -> int:
+    raw = os.environ.get("MAX_JOBS", "").strip()
+    if not raw:
+        return max(1, os.cpu_count() or 1)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"MAX_JOBS={raw!r} is not a positive number of parallel compile jobs")
+    return int(raw)
+
+
+def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], what: str) -> list[R]:
+    """fn over items on the pool; results in the order of items."""
+    if len(items) == 1:
+        return [fn(items[0])]
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    watch = _Watch(what, len(items), progress.enabled())
+
+    def job(item: T) -> R:
+        if watch.failed:
+            raise _Skipped()
+        watch.start(label(item))
+        try:
+            return fn(item)
+        finally:
+            watch.finish(label(item))
+
+    with ThreadPoolExecutor(min(max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
+        futures = [pool.submit(job, item) for item in items]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.exception() for f in done):
+            watch.failed = True
+        wait(futures)
+    errors = [f.exception() for f in futures if f.exception() and not isinstance(f.exception(), _Skipped)]
+    if errors:
+        raise errors[0]  # type: ignore[misc]
+    return [f.result() for f in futures]
+
+
+class _Skipped(Exception):
+    pass
+
+
+class _Watch:
+    def __init__(self, what: str, total: int, show: bool) -> None:
+        self.what, self.total, self.show = what, total, show
+        self.done = 0
+        self.failed = False
+        self.running: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.said = 0.0
+        self.began = time.perf_counter()
+
+    def start(self, name: str) -> None:
+        with self.lock:
+            self.running[name] = time.perf_counter()
+
+    def finish(self, name: str) -> None:
+        with self.lock:
+            self.running.pop(name, None)
+            self.done += 1
+            now = time.perf_counter()
+            if not self.show or (now - self.said < 1.0 and self.done < self.total):
+                return
+            self.said = now
+            line = f"compiling {self.what}: {self.done}/{self.total} units, {now - self.began:.1f} s"
+            if self.running:
+                slowest, since = min(self.running.items(), key=lambda kv: kv[1])
+                line += f" (slowest running: {slowest}, {now - since:.1f} s)"
+            progress.note(line)

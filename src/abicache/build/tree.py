@@ -1,0 +1,189 @@
+"""Where the sources of a build live, and how they are named in keys.
+
+Sources come in three forms: a str is code (source0.cpp, ...), a mapping is
+{file name: code} (headers included), and a path is a file on disk. Inline
+sources are written to a scratch folder at build time; files are compiled
+where they are, so `#include "sibling.h"` and relative -I work exactly as
+with the compiler run by hand in this process's working directory.
+
+Keys never hold a path. A file source is named relative to the folder that
+holds all file sources (base "src"); an absolute include folder becomes a
+placeholder in the key's flags (base "incN", "{incN}") while the command line
+keeps the real path; a relative one stays as written (relative to the
+working directory, base "cwd"). The files a compiler reads under a base are
+recorded against it, so two checkouts of one project at different paths
+share one entry when the bytes are the same.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence, Union
+
+from ..errors import AbicacheError
+from ..store.manifest import Dependency
+from . import roots
+
+Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
+COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu")
+_INCLUDE_FLAGS = ("--include-path=", "-I", "-isystem", "-iquote", "-idirafter")
+
+
+class File(NamedTuple):
+    name: str  # location-free name: the key's, and the object's
+    code: str
+    path: str | None  # where it lives; None for inline code (written to scratch at build time)
+
+    @property
+    def compiled(self) -> bool:
+        return self.name.endswith(COMPILED)
+
+
+class Tree(NamedTuple):
+    files: tuple[File, ...]
+    bases: Mapping[str, str]  # base name -> absolute folder
+    flags: tuple[str, ...]  # include flags for the command line (real paths)
+    key_flags: tuple[str, ...]  # the same flags as they go into keys
+
+    @property
+    def units(self) -> tuple[File, ...]:
+        return tuple(f for f in self.files if f.compiled)
+
+    def key_sources(self) -> dict[str, str]:
+        return {f.name: f.code for f in self.files}
+
+    def inline(self) -> tuple[File, ...]:
+        return tuple(f for f in self.files if f.path is None)
+
+    def place(self, scratch: Path) -> dict[str, str]:
+        """Write inline files into scratch; unit name -> the path to compile."""
+        for f in self.inline():
+            target = scratch / f.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f.code)
+        return {f.name: f.path or str(scratch / f.name) for f in self.units}
+
+
+def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[str] = (),
+         compiled: tuple[str, ...] = COMPILED) -> Tree:
+    """Read file sources, name everything, and find the bases."""
+    # Cheap checks first: the first isinstance() against an ABC such as Mapping
+    # costs a tenth of a millisecond per type, and this runs on every lookup.
+    if type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping)):
+        sources = [sources]
+    files: list[File] = []
+    paths: list[str] = []
+    for i, item in enumerate(sources):
+        if isinstance(item, str):
+            files.append(File(f"source{i}{ext}", item, None))
+        elif hasattr(item, "__fspath__"):
+            paths.append(roots.normal(os.fspath(item)))
+        elif isinstance(item, Mapping):
+            files += [File(str(k), str(v), None) for k, v in item.items()]
+        else:
+            raise AbicacheError(f"source {i} is a {type(item).__name__}; pass str code, a Path or a dict")
+    bases: dict[str, str] = {"cwd": os.getcwd()}
+    if paths:
+        top = os.path.commonpath([os.path.dirname(p) for p in paths])
+        bases["src"] = top
+        files += [File(os.path.relpath(p, top), _read(p), p) for p in paths]
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        raise AbicacheError(f"two sources share a name: {sorted(n for n in names if names.count(n) > 1)}")
+    if not any(n.endswith(compiled) for n in names):
+        raise AbicacheError(f"no source to compile ({', '.join(compiled)}) among " + ", ".join(names))
+    flags, key_flags = include_bases(include_flags, bases)
+    return Tree(tuple(files), bases, flags, key_flags)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise AbicacheError(f"cannot read source file {path}: {exc.strerror}") from None
+
+
+def include_bases(flags: Sequence[str], bases: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(command-line flags, key flags); every include folder becomes a base."""
+    out, key = [], []
+    items = list(flags)
+    i = 0
+    while i < len(items):
+        flag = items[i].strip()
+        i += 1
+        option = next((o for o in _INCLUDE_FLAGS if flag.startswith(o)), None)
+        if option is None:
+            out.append(flag)
+            key.append(flag)
+            continue
+        folder = flag[len(option):]
+        if not folder and i < len(items):  # "-I dir" as two words
+            folder = items[i].strip()
+            i += 1
+        name = f"inc{sum(1 for b in bases if b.startswith('inc'))}"
+        bases[name] = roots.normal(folder)
+        out.append(option + folder)
+        key.append(option + ("{" + name + "}" if os.path.isabs(folder) else folder))
+    return tuple(out), tuple(key)
+
+
+def prefix_maps(bases: Mapping[str, str], scratch: str | None) -> list[str]:
+    """Make __FILE__ and debug info independent of where things are: each base
+    (and the scratch folder) is mapped to its name; the longest last, as gcc
+    applies the last match."""
+    pairs = sorted(((path, name) for name, path in bases.items()), key=lambda p: len(p[0]))
+    if scratch:
+        pairs.append((scratch, "inline"))
+    return [f"-ffile-prefix-map={path}={'.' if name == 'cwd' else name}" for path, name in pairs]
+
+
+def every_file(bases: Mapping[str, str], names: Sequence[str], limit: int = 20_000) -> list[Dependency]:
+    """Every file under the named bases: the dependencies of a compiler that
+    cannot say what it read (NVRTC), so a change anywhere there is a miss."""
+    from ..store import blobs
+
+    out = []
+    for name in names:
+        for folder, dirs, files in os.walk(bases[name]):
+            dirs.sort()
+            for file in sorted(files):
+                path = os.path.join(folder, file)
+                if not os.path.isfile(path):
+                    continue
+                if len(out) >= limit:
+                    raise AbicacheError(f"include folder {bases[name]} holds over {limit} files; "
+                                        "point NVRTC at the headers it needs")
+                sha, _ = blobs.hash_file(Path(path))
+                out.append(Dependency(name, os.path.relpath(path, bases[name]), sha))
+    return out
+
+
+def locate(path: str, bases: Mapping[str, str]) -> tuple[str, str]:
+    """(base, path relative to it) by the longest base that holds path; ("abs", path) if none does."""
+    best = None
+    for name, root in bases.items():
+        if roots.under(path, [root]) and (best is None or len(root) > len(bases[best])):
+            best = name
+    if best is None:
+        return "abs", path
+    return best, os.path.relpath(path, bases[best])
+
+
+def dependencies(prerequisites: Sequence[str], cwd: str, tree: Tree, covered: Sequence[str],
+                 scratch: str | None) -> list[Dependency]:
+    """What to record of the files a compile read: those the key does not
+    already cover (its own sources, inline files, the covered roots)."""
+    from ..store import blobs
+
+    own = {f.path for f in tree.files if f.path}
+    skip = [*covered, *([scratch] if scratch else [])]
+    out = []
+    for item in prerequisites:
+        path = roots.normal(item, cwd)
+        if path in own or roots.under(path, skip):
+            continue
+        base, rel = locate(path, tree.bases)
+        sha, _ = blobs.hash_file(Path(path))
+        out.append(Dependency(base, rel, sha))
+    return out

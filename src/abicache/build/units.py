@@ -1,0 +1,161 @@
+"""Compile a source tree into one output: each translation unit where it
+lives, with a dependency file, and link.
+
+One unit: one compiler command writes the output directly (fastest for the
+common inline case). Several units: each is compiled to an object that is a
+cached entry of its own (kind "cc.object", keyed on the unit's bytes, its
+compile flags and the compiler's identity, with its recorded dependencies),
+in parallel on the pool, then linked. So editing one of N sources compiles
+one unit and links; a header compiles only its includers; a unit shared by
+two extensions is compiled once; and single flight and crash safety hold per
+object as for any entry.
+
+Every compile reports what it read (-MD -MF); files outside the covered roots
+become the output's dependencies (tree.dependencies). A dependency (or a
+source) that changes while the compiler runs makes that compile run again,
+once: the recorded bytes must be the ones compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..errors import BuildError
+from ..key import Inputs
+from ..requirements import Requirements
+from ..store.manifest import Dependency
+from . import depfile, pool, roots
+from .job import Job
+from .tree import File, dependencies, prefix_maps
+
+if TYPE_CHECKING:
+    from ..cache import Cache
+
+#: runs one compiler command in a folder; raises BuildError (cc.run_compiler)
+Runner = Callable[[list[str], Path, str], None]
+
+
+def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
+    """Write job.output into out; returns the dependencies to record."""
+    covered = (*job.covered, *roots.compiler_dirs(job.compiler, _driver_lang(job.lang)))
+    with tempfile.TemporaryDirectory(prefix="abicache-build-") as scratch:
+        paths = job.tree.place(Path(scratch))
+        units = job.tree.units
+        if len(units) == 1 and not _is_cuda(units[0]):
+            argv = [*job.compiler, *job.link, *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
+                    *prefix_maps(job.tree.bases, scratch)]
+            return _compile(argv, units[0], paths[units[0].name], out / job.output, list(job.ldflags),
+                            job, covered, scratch, run)
+        objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, run),
+                           units, lambda unit: unit.name, job.what)
+        argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *(str(a.file()) for a in objects),
+                "-o", str(out / job.output), *job.ldflags]
+        run(argv, Path(os.getcwd()), job.what)
+        return sorted({d for a in objects for d in a.manifest.deps})
+
+
+def _object(job: Job, cache: Cache, unit: File, path: str, covered: Sequence[str], scratch: str,
+            run: Runner) -> Any:
+    from ..cache import BuildResult
+
+    others = {f.name: f.code for f in job.tree.inline() if not f.compiled}  # inline headers it may read
+    if _is_cuda(unit):
+        if job.cuda is None:
+            raise BuildError(f"{job.what} has CUDA source {unit.name} but no nvcc settings")
+        head, key_flags, tool, lang = job.cuda.nvcc, job.cuda.key_flags, "cuda.nvcc", "cuda"
+        argv = [*head, "-c", *job.cuda.flags, *job.tree.flags, *_inline_include(job, scratch)]
+    else:
+        key_flags, tool, lang = job.key_cflags, job.tool, job.lang
+        argv = [*job.compiler, "-c", *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
+                *prefix_maps(job.tree.bases, scratch)]
+    inputs = Inputs.make({unit.name: unit.code, **others}, flags=["-c", *key_flags, *job.tree.key_flags],
+                         tools=[tool], extra={"lang": lang})
+
+    def compile_object(out: Path) -> BuildResult:
+        target = out / (Path(unit.name).name + ".o")
+        return BuildResult(deps=_compile(argv, unit, path, target, [], job, covered, scratch, run))
+
+    return objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
+
+
+def _is_cuda(unit: File) -> bool:
+    return unit.name.endswith(".cu")
+
+
+def _inline_include(job: Job, scratch: str) -> list[str]:
+    """Inline headers (a {name: code} source) are found by file sources too."""
+    return [f"-I{scratch}"] if any(not f.compiled for f in job.tree.inline()) else []
+
+
+def objects_of(cache: Cache) -> Cache:
+    """The cache as objects use it: an object file needs no audit (the key
+    holds the compiler's identity and target, and only a linker reads it)."""
+    view = cache.__dict__.get("_objects_view")
+    if view is None:
+        view = cache._view(audit=lambda stage, paths, declared, facts: (Requirements(), {"kind": "object"}))
+        cache.__dict__["_objects_view"] = view
+    return view
+
+
+def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job,
+             covered: Sequence[str], scratch: str, run: Runner) -> list[Dependency]:
+    cwd = os.getcwd()
+    for attempt in range(2):
+        dfile = Path(scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
+        started = time.time_ns()
+        run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what)
+        read = depfile.read(dfile) if dfile.exists() else []
+        moved = _changed_since(started, [path if unit.path else "", *read], cwd)
+        if not moved and _same(unit, path):
+            return dependencies(read, cwd, job.tree, covered, scratch)
+    raise BuildError(f"{moved or path} changed while {job.what} was compiling, twice; "
+                     "build again once your edits are saved")
+
+
+def _changed_since(started: int, files: Sequence[str], cwd: str) -> str | None:
+    for item in files:
+        if not item:
+            continue
+        try:
+            st = os.stat(roots.normal(item, cwd))
+        except OSError:
+            continue  # a file the compiler read and someone removed: the next lookup misses
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= started:
+            return item
+    return None
+
+
+def _same(unit: File, path: str) -> bool:
+    """A file source still holds the bytes its key was computed from."""
+    if unit.path is None:
+        return True
+    try:
+        return Path(path).read_text() == unit.code
+    except OSError:
+        return False
+
+
+_TWO_WORDS = {"-I", "-D", "-U", "-isystem", "-iquote", "-idirafter", "-include", "-Xcompiler"}
+_PREPROCESSOR = ("-I", "-D", "-U", "-isystem", "-iquote", "-idirafter", "-include", "-std=", "-W")
+
+
+def _link_flags(cflags: Sequence[str]) -> list[str]:
+    """Compile flags that matter at link time too (-fopenmp, -pthread, -m*, -O*, -g)
+    without those only the preprocessor reads (and their separate arguments)."""
+    out, skip = [], False
+    for flag in cflags:
+        if skip:
+            skip = False
+        elif flag in _TWO_WORDS:
+            skip = True
+        elif not flag.startswith(_PREPROCESSOR):
+            out.append(flag)
+    return out
+
+
+def _driver_lang(lang: str) -> str:
+    return "c" if lang == "c" else "c++"
