@@ -366,3 +366,36 @@ def test_depfile_matches_what_gcc_wrote(tmp_path: Path) -> None:
                    cwd=tmp_path, check=True)
     found = depfile.read(tmp_path / "a.d")
     assert found[0] == "a.cpp" and "dir with space/h.h" in found
+
+
+# ---- a fleet --------------------------------------------------------------------------------------------
+
+
+def test_a_remote_entry_with_headers_serves_another_checkout(project: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Machine A builds from its checkout and uploads; machine B, with the same
+    bytes at another path, hits through the remote; after B edits a header, B
+    builds (the recorded header is checked against B's own files)."""
+    import servers
+
+    why = servers.redis_available()
+    if why:
+        pytest.skip(why)
+    clone = tmp_path / "machine-b" / "src-checkout"
+    shutil.copytree(project, clone)
+    with servers.redis_server() as base:
+        url = servers.redis_url(base)
+        a = Cache(tmp_path / "A", remote=url)
+        built = cc.build_library("x", [project / "csrc" / "lib.cpp"], cflags=[f"-I{project / 'include'}"], cache=a)
+        assert built.origin == "built" and built.manifest.deps
+        b = Cache(tmp_path / "B", remote=url)
+        fetched = cc.build_library("x", [clone / "csrc" / "lib.cpp"], cflags=[f"-I{clone / 'include'}"], cache=b)
+        assert fetched.origin == "remote"
+        _edit(clone / "include" / "api.h", "#define API 9\n")
+        depcheck.forget()
+        rebuilt = cc.build_library("x", [clone / "csrc" / "lib.cpp"], cflags=[f"-I{clone / 'include'}"],
+                                   cache=Cache(tmp_path / "B", remote=url))
+        assert rebuilt.origin == "built" and rebuilt.variant != fetched.variant
+        import ctypes
+
+        assert ctypes.CDLL(str(rebuilt.file())).answer() == 50
