@@ -508,3 +508,31 @@ def test_undecodable_file_names_from_a_builder_are_refused(cache: Cache) -> None
 
     with pytest.raises(BuildError, match="not valid UTF-8"):
         cache.get_or_build("t", "x", INPUTS, build)
+
+
+def test_a_fresh_entry_is_stamped_at_publish_but_not_an_unhashed_blob(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first hit need not hash what publish just hashed; a file that became
+    a link to a blob already in the store (not hashed by this publish) is not
+    stamped, so a damaged blob is still found."""
+    from abicache.store import blobs, stamps
+
+    data = os.urandom(4096)
+    first = Cache(root).get_or_build("t", "a", INPUTS, writer({"lib.so": data}))
+    assert stamps.read(first.path, lambda st: True).files  # stamped at publish
+    hashed = []
+    real = blobs.hash_file
+    monkeypatch.setattr(blobs, "hash_file", lambda p: hashed.append(p) or real(p))
+    assert Cache(root).get_or_build("t", "a", INPUTS, writer({"lib.so": b"x"})).hit
+    assert hashed == []
+    monkeypatch.setattr(blobs, "hash_file", real)
+    blob = first.path / "lib.so"  # damage the shared blob in place, then publish the same bytes elsewhere
+    blob.chmod(0o644)
+    with open(blob, "r+b") as fh:
+        fh.write(b"\xff")
+    blob.chmod(0o444)
+    second = Cache(root).get_or_build("t", "b", INPUTS, writer({"lib.so": data}))  # links to the damaged blob
+    assert not stamps.read(second.path, lambda st: True).files
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = Cache(root).get_or_build("t", "b", INPUTS, writer({"lib.so": data}))
+    assert again.file().read_bytes() == data

@@ -41,11 +41,13 @@ def witness(st: os.stat_result) -> Witness:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _settled(w: Witness) -> bool:
-    return max(w[2], w[3]) < time.time_ns() - int(stamps.RACY_SECONDS * 1e9)
+def _settled(w: Witness, seen_ns: int | None = None) -> bool:
+    seen = time.time_ns() if seen_ns is None else seen_ns
+    return stamps.settled(w[2], seen) and stamps.settled(w[3], seen)
 
 
-def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recorded: str) -> str:
+def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recorded: str,
+           seen_ns: int | None = None) -> str:
     """The file's sha256, from a witness where one vouches for it."""
     known = _known.get(path)
     if known is not None and known[0] == w:
@@ -53,7 +55,7 @@ def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recor
     if remembered.get(path) == [*w]:  # the stamp (JSON lists): at this witness it held `recorded`
         return recorded
     sha, _ = blobs.hash_file(path)  # type: ignore[arg-type]
-    if _settled(w):
+    if _settled(w, seen_ns):
         _known[path] = (w, sha)
     return sha
 
@@ -63,7 +65,7 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     """(the first dependency whose file changed or is gone, or None; the
     settled witnesses of the files found current, to remember)."""
     current: dict[str, Witness] = {}
-    limit = time.time_ns() - int(stamps.RACY_SECONDS * 1e9)
+    seen = time.time_ns()  # before any stat: witnesses are judged against it
     roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}
     for dep in deps:
         root = roots.get(dep.base)
@@ -81,10 +83,10 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
         if known is not None and known[0] == w:
             sha = known[1]
         else:
-            sha = digest(path, w, remembered, dep.sha256)
+            sha = digest(path, w, remembered, dep.sha256, seen)
         if sha != dep.sha256:
             return dep, current
-        if w[2] < limit and w[3] < limit:
+        if _settled(w, seen):
             current[path] = w
     return None, current
 

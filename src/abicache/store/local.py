@@ -41,6 +41,7 @@ class Store:
         self.trust = Trust(group)
         self._ready = False
         self._written = False
+        self._marks: dict[str, dict[str, tuple[int, int]]] = {}  # stage -> file -> (inode, mtime) hashed
 
     @property
     def root(self) -> Path:
@@ -151,6 +152,7 @@ class Store:
         """None if the entry may be used; else (why, damaged blob hashes, what to
         move aside). Files are hashed only where the stamp cannot vouch for them
         (stamps.py): a changed byte is found on every lookup, not after an age."""
+        seen = time.time_ns()  # before any stat: what is hashed now is judged against it
         chain = self.chain_problem(vdir)
         if chain is not None and chain[1] is not None:
             return chain[0], [], chain[1]
@@ -178,7 +180,7 @@ class Store:
         if hashed:
             every = len(hashed) == len(manifest.files)
             kept = {p: w for p, w in stamp.files.items() if p not in hashed}
-            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps)
+            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps, seen_ns=seen)
         return None
 
     def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
@@ -303,15 +305,24 @@ class Store:
         return sorted(found)
 
     def ingest(self, stage: Path, paths: Sequence[str]) -> tuple[FileRecord, ...]:
-        """Hash every file and make it a hard link to its blob."""
-        records = []
+        """Hash every file and make it a hard link to its blob. The mtime of
+        each file whose bytes were settled when hashed is kept, so commit can
+        stamp it and its first hit need not hash it again."""
+        for rel in paths:
+            _own_copy(stage / rel)
+        _wait_settled([stage / rel for rel in paths])
+        records, marks = [], {}
         for rel in paths:
             path = stage / rel
-            _own_copy(path)
+            seen = time.time_ns()
+            before = os.lstat(path)
             digest, size = blobs.hash_file(path)
-            executable = bool(path.stat().st_mode & 0o111)
-            records.append(FileRecord(rel, digest, size, 0o555 if executable else 0o444))
+            after = os.lstat(path)
+            if after.st_mtime_ns == before.st_mtime_ns and stamps.settled(after.st_mtime_ns, seen):
+                marks[rel] = (after.st_ino, after.st_mtime_ns)  # no write since well before the hash began
+            records.append(FileRecord(rel, digest, size, 0o555 if after.st_mode & 0o111 else 0o444))
         self._adopt(stage, records)
+        self._marks[os.fspath(stage)] = marks
         return tuple(records)
 
     def _adopt(self, stage: Path, records: Sequence[FileRecord]) -> None:
@@ -387,7 +398,40 @@ class Store:
             return final, False
         blobs.fsync_dir(final.parent)
         self._index(manifest)
+        self._stamp_published(final, manifest, self._marks.pop(os.fspath(stage), {}))
         return final, True
+
+    def _stamp_published(self, vdir: Path, manifest: Manifest, marks: Mapping[str, tuple[int, int]]) -> None:
+        """Stamp the files ingest hashed, so the first hit does not hash them
+        again (a 0.8 GB precompiled header costs 1.5 s). A file is stamped only
+        if it is the very inode ingest hashed (not a blob already there, which
+        was not hashed) with the mtime it had then (no write since), and its
+        ctime (the link into the blob store just set it) lies far enough in
+        the past: up to FINE_SECONDS are waited for; coarse timestamps are not."""
+        if not marks:
+            return
+        files = {r.path: vdir / r.path for r in manifest.files if r.path in marks}
+        try:
+            newest = max(os.lstat(p).st_ctime_ns for p in files.values())
+        except OSError:
+            return
+        wait = newest + stamps.window_ns(newest) - time.time_ns()
+        if wait > stamps.FINE_SECONDS * 1e9:
+            return  # whole-second timestamps: the first hit hashes instead
+        if wait > 0:
+            time.sleep(wait / 1e9 + 0.001)
+        seen = time.time_ns()
+        witnessed = {}
+        for rel, path in files.items():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return
+            if (st.st_ino, st.st_mtime_ns) == marks[rel] and st.st_size == manifest.file(rel).size:
+                witnessed[rel] = stamps.witness(st)
+        if witnessed:
+            stamps.write(vdir, {}, witnessed, time.time() if len(witnessed) == len(manifest.files) else 0.0,
+                         seen_ns=seen)
 
     def _copy_publish(self, stage: Path, final: Path, manifest: Manifest) -> tuple[Path, bool]:
         """TEST ONLY (bench/faults.py and tests/test_crash.py prove the harness can
@@ -479,6 +523,18 @@ def _read_upto(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def _wait_settled(paths: Sequence[Path]) -> None:
+    """Let the newest write age past the timestamp window (at most FINE_SECONDS):
+    then a write after hashing must show in the mtime, and the file can be stamped."""
+    try:
+        newest = max(os.lstat(p).st_mtime_ns for p in paths)
+    except (OSError, ValueError):
+        return
+    wait = newest + stamps.window_ns(newest) - time.time_ns()
+    if 0 < wait <= stamps.FINE_SECONDS * 1e9:
+        time.sleep(wait / 1e9 + 0.001)
 
 
 def _own_copy(path: Path) -> None:

@@ -11,9 +11,12 @@ an in-place edit of a blob, even one that restores the size, mode and mtime,
 always changes the ctime and is caught at the next lookup.
 
 Two details make this sound:
-- Racy stamps (as git's racy-index rule): a ctime younger than RACY_SECONDS
-  is not recorded, since a write within the same clock tick could leave it
-  unchanged; such a file is re-hashed on the next hit instead.
+- Racy stamps (as git's racy-index rule): a ctime too close to the moment
+  it was seen is not recorded, since a later write within the same clock
+  tick could leave it unchanged; such a file is re-hashed on the next hit
+  instead. "Too close" is FINE_SECONDS where timestamps have nanoseconds (the
+  kernel's timestamp clock ticks at least every 10 ms) and RACY_SECONDS where
+  they are whole seconds (FAT's are 2 s).
 - Shared blobs: linking a blob into a new entry (or gc unlinking one) also
   changes its ctime; the next hit of every entry sharing it re-hashes once
   and re-stamps. That costs a hash, never a wrong answer.
@@ -31,9 +34,21 @@ FILENAME = ".abicache-stamp"
 #: a ctime younger than this is not trusted yet (timestamp granularity is a
 #: clock tick on Linux, up to 2 s on some filesystems)
 RACY_SECONDS = 2.0
+FINE_SECONDS = 0.02
 _MAX_BYTES = 1 << 20
 
 Witness = tuple[int, int, int]  # (inode, size, ctime in ns)
+
+
+def window_ns(ts_ns: int) -> int:
+    """How far before the moment it was seen a timestamp must lie to be trusted."""
+    coarse = ts_ns % 1_000_000_000 == 0
+    return int((RACY_SECONDS if coarse else min(FINE_SECONDS, RACY_SECONDS)) * 1e9)
+
+
+def settled(ts_ns: int, seen_ns: int) -> bool:
+    """Whether a write after `seen_ns` must give a timestamp other than ts_ns."""
+    return ts_ns < seen_ns - window_ns(ts_ns)
 
 
 def witness(st: os.stat_result) -> Witness:
@@ -77,16 +92,17 @@ def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
 
 
 def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float,
-          deps: Mapping[str, Sequence[int]] | None = None, force: bool = False) -> None:
+          deps: Mapping[str, Sequence[int]] | None = None, force: bool = False, seen_ns: int | None = None) -> None:
     """Record the files just hashed (all of them matched) beside those the old
     stamp still vouches for. Racy ones are left out and will be hashed again;
     when that leaves nothing new, nothing is written (a hit right after a
-    build writes nothing). Written to a temporary name, then renamed:
-    readers see the old stamp or the new one, and a planted link is replaced,
-    not followed."""
+    build writes nothing). seen_ns: when the hashed witnesses were first
+    seen (default: now). Written to a temporary name, then renamed: readers
+    see the old stamp or the new one, and a planted link is replaced, not
+    followed."""
     now_ns = time.time_ns()
-    limit = now_ns - int(RACY_SECONDS * 1e9)
-    fresh = {p: list(w) for p, w in hashed.items() if w[2] < limit}
+    seen = now_ns if seen_ns is None else seen_ns
+    fresh = {p: list(w) for p, w in hashed.items() if settled(w[2], seen)}
     if not fresh and not force:
         return
     files = {**{p: list(w) for p, w in kept.items()}, **fresh}
