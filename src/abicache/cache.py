@@ -171,11 +171,14 @@ class Cache:
         return keys.compute(kind, name, described), described
 
     def lookup(
-        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any], *, verify: str = "quick"
+        self, kind: str, name: str, inputs: keys.Inputs | Mapping[str, Any], *, verify: str = "quick",
+        bases: Mapping[str, str] | None = None,
     ) -> Artifact | None:
+        """The entry for these inputs, if one holds here (never builds); bases
+        as for get_or_build, for entries that recorded dependencies."""
         self.store.ensure()
         key, _ = self.key_for(kind, name, _as_inputs(inputs))
-        return self._find(kind, key, verify) or self._fetch(kind, key)
+        return self._find(kind, key, verify, bases or {}) or self._fetch(kind, key, bases or {})
 
     def _find(self, kind: str, key: str, verify: str, bases: Mapping[str, str] = {}) -> Artifact | None:
         usable = []

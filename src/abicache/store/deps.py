@@ -66,7 +66,7 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     settled witnesses of the files found current, to remember)."""
     current: dict[str, Witness] = {}
     seen = time.time_ns()  # before any stat: witnesses are judged against it
-    roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}
+    roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}  # resolve(), without a join per file
     for dep in deps:
         root = roots.get(dep.base)
         path = root + dep.path if root is not None else resolve(dep, bases)
@@ -79,12 +79,7 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
         if not stat.S_ISREG(st.st_mode):
             return dep, current  # never read a device or a pipe in its place
         w = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        known = _known.get(path)
-        if known is not None and known[0] == w:
-            sha = known[1]
-        else:
-            sha = digest(path, w, remembered, dep.sha256, seen)
-        if sha != dep.sha256:
+        if digest(path, w, remembered, dep.sha256, seen) != dep.sha256:
             return dep, current
         if _settled(w, seen):
             current[path] = w

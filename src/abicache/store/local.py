@@ -22,7 +22,7 @@ from ..errors import AbicacheWarning, BuildError, ManifestError, UntrustedRootEr
 from . import blobs, deps, manifest as mf, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex
 from .manifest import Dependency, FileRecord, Manifest
-from .trust import Trust, ensure_root, walk_dirs
+from .trust import Trust, ensure_root
 
 
 #: roots already checked in this process: (root as given, group) -> resolved root
@@ -550,6 +550,14 @@ def _own_copy(path: Path) -> None:
     shutil.copyfile(path, temp, follow_symlinks=False)
     os.chmod(temp, stat.S_IMODE(st.st_mode) & 0o755)
     os.replace(temp, path)
+
+
+def walk_dirs(top: Path) -> Iterator[Path]:
+    """Every folder under top (not following links), top first."""
+    yield top
+    for folder, dirs, _ in os.walk(top):
+        for name in dirs:
+            yield Path(folder) / name
 
 
 def children(path: Path) -> list[Path]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import ConfigError, UntrustedRootError
 
@@ -48,9 +47,6 @@ class Trust:
     def file_mode(self) -> int:
         """Small writable files of the store (locks, logs, index markers)."""
         return 0o660 if self.shared else 0o600
-
-    def describe(self) -> str:
-        return f"shared with group {self.group!r}" if self.shared else "private"
 
     # ---- owners ------------------------------------------------------------------
 
@@ -208,11 +204,3 @@ def _check_ancestors(root: Path) -> None:
                 f"cache root {root} lies in {folder}, which anyone may write (mode {stat.S_IMODE(st.st_mode):o}, "
                 f"no sticky bit): they could replace the cache. Fix: chmod o-w {folder} (or +t), or move ABICACHE_DIR."
             )
-
-
-def walk_dirs(top: Path) -> Iterator[Path]:
-    """Every folder under top (not following links), top first."""
-    yield top
-    for folder, dirs, _ in os.walk(top):
-        for name in dirs:
-            yield Path(folder) / name

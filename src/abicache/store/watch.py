@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -127,9 +127,3 @@ class Watch:
             if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != w:
                 return False
         return True
-
-
-def describe() -> dict[str, Any]:
-    """For `abicache env`: how this process watches files."""
-    events = _shared()
-    return {"inotify": events is not None, "folders": len(events.folders) if events else 0}
