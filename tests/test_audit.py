@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from abicache import Cache, cc
 from abicache.audit import AuditError, audit_file
 from abicache.env import Facts
 from abicache.errors import BuildError
+from conftest import SRC
 from corpus import (CXX_STRING, PLAIN_C, PY_FULL, PY_LIMITED, PY_TOO_NEW, STALE_TORCH, TARGET_2_10,
                     TORCH_CLASSIC, TORCH_FAKE_STABLE, TORCH_STABLE, find_tool, gxx, nvcc,
                     torch_op, torch_root)
@@ -228,3 +231,14 @@ def test_published_entries_carry_detected_requirements_and_evidence(root: Path) 
     assert "reallocarray" in summary["evidence"]["platform.glibc >= 2.26"]
     # The environment here must satisfy them, or it would not have been published.
     assert art.requirements.satisfied_by(Cache(root).facts)
+
+
+def test_a_missing_pyelftools_is_named_not_called_a_malformed_file(tmp_path: Path) -> None:
+    """Seen on a GPU image without pyelftools: the audit called every cubin 'malformed'."""
+    script = ("import sys; sys.modules['elftools'] = None\n"
+              "from abicache.audit import elf\n"
+              "try:\n    elf.parse(sys.argv[1])\nexcept Exception as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", script, sys.executable], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert "elftools is not installed (pip install pyelftools" in done.stdout, done.stdout + done.stderr
+    assert "malformed" not in done.stdout

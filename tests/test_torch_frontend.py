@@ -274,3 +274,94 @@ def test_load_from_files(tmp_path: Path, shared_root: Path) -> None:
     assert Path(path).name == "libfile_ops.so"
     with pytest.raises(AbicacheError, match="cannot read source file"):
         at.load("missing", [tmp_path / "nope.cpp"], stable=True, cache=Cache(shared_root))
+
+
+def test_cuda_arch_flags_follow_torch_cuda_arch_list_then_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import abicache.torch as at
+    from abicache.errors import UsageError
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0a+PTX")
+    assert at.cuda_arch_flags(Facts()) == ["-gencode=arch=compute_80,code=sm_80",
+                                           "-gencode=arch=compute_90a,code=sm_90a",
+                                           "-gencode=arch=compute_90a,code=compute_90a"]
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.x")
+    with pytest.raises(UsageError, match="TORCH_CUDA_ARCH_LIST: '9.x'"):
+        at.cuda_arch_flags(Facts())
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    two_gpus = Facts().with_overrides({"gpu.arch": "sm_80,sm_90"})
+    assert at.cuda_arch_flags(two_gpus) == ["-gencode=arch=compute_80,code=sm_80",  # as cpp_extension: PTX of
+                                            "-gencode=arch=compute_90,code=sm_90",  # the newest, for newer GPUs
+                                            "-gencode=arch=compute_90,code=compute_90"]
+    assert at.cuda_arch_flags(Facts().with_overrides({"gpu.arch": None})) == []  # nvcc's default
+
+
+def test_cuda_flags_and_archs_enter_the_classic_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import abicache.torch as at
+
+    cuda_torch = Facts().with_overrides({"torch.flavor": "cuda", "torch.cuda": "13.0",
+                                         "cuda.nvcc": "Cuda compilation tools, release 13.0"})
+    sources = at.inline_sources("cu", ["torch::Tensor f(torch::Tensor x);"], None, False, True,
+                                cuda_sources="__global__ void k() {}")
+    assert sources["cuda.cu"].startswith("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>")
+    cache = Cache(tmp_path, facts=cuda_torch)
+
+    def key(**kw) -> str:
+        plan = at.plan("cu", sources, facts=cuda_torch, **kw)
+        return cache.key_for(plan.kind, plan.name, plan.inputs)[0]
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    base = key()
+    assert key(extra_cuda_cflags=["-DSCALE=2"]) != base  # an edit of nvcc's flags never hits the old build
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    assert key() != base
+
+
+STABLE_CUDA_CPP = r"""
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/csrc/stable/ops.h>
+using torch::stable::Tensor;
+void launch_add_one(const float* x, float* y, int64_t n);
+Tensor add_one(Tensor x) {
+  Tensor y = torch::stable::empty_like(x);
+  launch_add_one(reinterpret_cast<const float*>(x.data_ptr()), reinterpret_cast<float*>(y.data_ptr()), x.numel());
+  return y;
+}
+STABLE_TORCH_LIBRARY(abicache_stable_cuda, m) { m.def("add_one(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(abicache_stable_cuda, CUDA, m) { m.impl("add_one", TORCH_BOX(&add_one)); }
+"""
+STABLE_CUDA_CU = r"""
+#include <cstdint>
+__global__ void add_one_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+void launch_add_one(const float* x, float* y, int64_t n) { add_one_kernel<<<(n + 255) / 256, 256>>>(x, y, n); }
+"""
+
+
+def test_stable_op_with_cuda_sources_builds_for_any_torch_flavor(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """FlashAttention-3, xformers and torchao ship such ops; the kernels need nvcc, not a CUDA torch
+    (bench/gpu calls one on an H100)."""
+    import abicache.torch as at
+    from abicache.env import probes
+
+    if probes.nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    target = Cache(tmp_path).for_target({"gpu.arch": "sm_90", "cuda.driver": "13.0", "cuda.runtime": "13"})
+    art = at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
+                          cache=target)
+    reqs = str(art.requirements)
+    assert "gpu.arch ~= sm_90" in reqs and "cuda.runtime == 13" in reqs and "torch.version >= 2.9" in reqs
+    assert "torch.flavor" not in reqs and "torch.build" not in reqs and "python.abi" not in reqs
+    assert at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
+                           cache=target).hit
+    with pytest.raises(BuildError, match=r"cuda.cu includes <ATen/\.\.\.>"):
+        at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=["#include <ATen/ATen.h>\n"],
+                        stable=True, cache=target)
+    # without a GPU of that arch here, a plain lookup refuses it (as the driver would)
+    with pytest.raises(BuildError, match="gpu.arch"):
+        at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
+                        cache=Cache(tmp_path, facts=Facts().with_overrides({"gpu.arch": "sm_80"})))

@@ -60,8 +60,9 @@ def compile_with(python: str, root: Path, **env: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def entries(root: Path) -> list:
-    return list(Cache(root).store.iter_variant_dirs())
+def entries(root: Path, kind: str | None = "triton") -> list:
+    """The kernels in the store (kind "triton"); "triton.file" holds each put() alone."""
+    return [v for v in Cache(root).store.iter_variant_dirs() if kind in (None, v.parent.parent.parent.name)]
 
 
 def test_one_compile_serves_python_311_and_312(py311: str, py312: str, tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_sigkill_during_compile_and_put(py311: str, tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         killed += proc.wait() == -signal.SIGKILL
         cache = Cache(root)
-        for vdir in entries(root):  # whatever is visible is whole
+        for vdir in entries(root, None):  # whatever is visible is whole
             assert cache.store.full_problem(vdir, cache.store.read_manifest(vdir)) is None
         result = compile_with(py311, root)
         assert result["cubin_sha"] and len(entries(root)) == 1
@@ -154,3 +155,38 @@ def test_codegen_key_is_memoized_and_leaves_out_libtriton(py311: str, tmp_path: 
     import triton
 
     assert key.startswith(triton.__version__)
+
+
+LONE_PUT = """
+import sys
+import abicache.triton
+abicache.triton.install()
+from triton.runtime.cache import get_cache_manager
+manager = get_cache_manager("ab12" * 16)
+if sys.argv[1] == "put":
+    print(manager.put(b"\\x00launcher bytes", "cuda_utils.bin", binary=True))
+else:
+    print(manager.get_file("cuda_utils.bin"))
+"""
+
+
+def test_a_lone_put_is_found_by_the_next_process(py311: str, tmp_path: Path) -> None:
+    """Triton caches its launcher and driver modules with put() and no put_group()."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "store")}
+    put = subprocess.run([py311, "-c", LONE_PUT, "put"], capture_output=True, text=True, env=env)
+    assert put.returncode == 0, put.stderr[-2000:]
+    got = subprocess.run([py311, "-c", LONE_PUT, "get"], capture_output=True, text=True, env=env)
+    assert got.returncode == 0, got.stderr[-2000:]
+    path = got.stdout.strip()
+    assert path == put.stdout.strip() and Path(path).read_bytes() == b"\x00launcher bytes"
+    assert len(entries(tmp_path / "store", "triton.file")) == 1
+
+
+@pytest.mark.parametrize("knob", ["TRITON_KERNEL_DUMP", "TRITON_KERNEL_OVERRIDE"])
+def test_dump_and_override_modes_compile(py311: str, tmp_path: Path, knob: str) -> None:
+    dump = tmp_path / "dump"
+    result = compile_with(py311, tmp_path / "store", **{knob: "1", "TRITON_DUMP_DIR": str(dump),
+                                                         "TRITON_OVERRIDE_DIR": str(tmp_path / "override")})
+    assert result["cubin_sha"] and len(entries(tmp_path / "store")) == 1
+    if knob == "TRITON_KERNEL_DUMP":  # Triton's own manager wrote the dump, where the user asked
+        assert list(dump.rglob("*.ptx"))

@@ -35,11 +35,10 @@ from .build.job import CudaUnits, Job
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command, import_extension, runner
 from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
-from .errors import AbicacheError, BuildError
+from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
-_CU_SUFFIXES = (".cu", ".cuh")
 
 
 class TorchInstall:
@@ -83,8 +82,8 @@ def target_macro(version: str) -> str:
 
 
 def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, stable: bool,
-                   python_module: bool) -> dict[str, str]:
-    """main.cpp as cpp_extension.load_inline writes it."""
+                   python_module: bool, cuda_sources: Sequence[str] | str | None = None) -> dict[str, str]:
+    """main.cpp (and cuda.cu) as cpp_extension.load_inline writes them."""
     parts = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
     if not stable:
         parts.insert(0, "#include <torch/extension.h>")
@@ -93,7 +92,13 @@ def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, 
             raise AbicacheError("functions= makes pybind11 bindings: it needs a classic python module "
                                 "(stable=False, is_python_module=True)")
         parts.append(_bindings(functions))
-    return {"main.cpp": "\n".join(parts)}
+    sources = {"main.cpp": "\n".join(parts)}
+    cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or ())
+    if cuda:
+        # cpp_extension prepends these to classic CUDA sources; a stable op includes what it uses.
+        head = [] if stable else ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
+        sources["cuda.cu"] = "\n".join(head + cuda)
+    return sources
 
 
 def _bindings(functions: Any) -> str:
@@ -113,7 +118,7 @@ def _bindings(functions: Any) -> str:
 def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool = False,
          target: str | None = None, python_module: bool = True, extra_cflags: Sequence[str] = (),
          extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (), verbose: bool = False,
-         facts: Facts | None = None, use_pch: bool = False) -> Plan:
+         facts: Facts | None = None, use_pch: bool = False, extra_cuda_cflags: Sequence[str] = ()) -> Plan:
     """What to build and how it is keyed, for a classic or stable extension.
     sources: {name: code} (inline), or files compiled where they live."""
     facts = facts or default_cache().facts
@@ -121,17 +126,16 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool 
     flags = [*extra_cflags, *(f"-I{p}" for p in extra_include_paths)]
     tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp", flags,
                       (*trees.COMPILED, ".cuh"))
+    cuda = tuple(extra_cuda_cflags)
     if stable:
-        if any(f.name.endswith(_CU_SUFFIXES) for f in tree.files):
-            raise AbicacheError("stable=True with CUDA sources is not supported yet; build the kernels "
-                                "with abicache.cuda and call them from a stable op")
         _refuse_unstable_includes({f.name: f.code for f in tree.files})
-        return _stable_plan(name, tree, torch, target, extra_ldflags, verbose)
-    return _classic_plan(name, tree, torch, python_module, extra_ldflags, verbose, use_pch)
+        return _stable_plan(name, tree, torch, target, extra_ldflags, verbose, cuda)
+    return _classic_plan(name, tree, torch, python_module, extra_ldflags, verbose, use_pch, cuda)
 
 
 def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_module: bool,
-                  ldflags: Sequence[str], verbose: bool, use_pch: bool = False) -> Plan:
+                  ldflags: Sequence[str], verbose: bool, use_pch: bool = False,
+                  cuda_cflags: tuple[str, ...] = ()) -> Plan:
     facts = torch.facts
     python_include = cc_python_include()
     abi = facts.get("torch.cxx11abi")
@@ -154,19 +158,21 @@ def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_modul
         tools.append("cuda.nvcc")
         libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
-        nvcc = _nvcc_units(defines, torch, python_include, covered)
+        nvcc = _nvcc_units([*defines, *cuda_cflags, *cuda_arch_flags(facts)], torch, python_include, covered)
     suffix = ext_suffix() if python_module else ".so"
     filename = f"{name}{suffix}" if python_module else f"lib{name}.so"
     # cpp_extension's own flags: no -O level unless the caller passes one.
     key_cflags = ("-fPIC", "-std=c++20", *defines)
     cflags = (*key_cflags, *torch.includes, "-isystem", python_include)
     # Library folders are paths: they go on the command line, not into the key.
-    tail = (f"-L{torch.lib_dir}", *(_cudart_dir() if cuda else []), *libs, *ldflags)
+    tail = (f"-L{torch.lib_dir}", *_cudart_link(libs), *ldflags)
     job = Job(f"torch extension {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
               cflags, key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose)
     kind = "torch.pybind" if python_module else "torch.classic"
-    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, "|", *libs, *ldflags],
-                         tools=tools, extra=extra)
+    # nvcc's flags (arch list, extra_cuda_cflags) shape the output as much as the C++ flags do.
+    nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
+                                                  *ldflags], tools=tools, extra=extra)
     custom = _with_pch(job, torch, python_abi) if use_pch else None
     return Plan(kind, name, inputs, None, tuple(declared), bases=tree.bases, job=job, custom=custom)
 
@@ -198,25 +204,73 @@ def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, co
     return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
 
 
-def _cudart_dir() -> list[str]:
+def cuda_arch_flags(facts: Facts) -> list[str]:
+    """nvcc's targets as cpp_extension picks them: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"),
+    else the GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
+    with neither, nvcc's own default. The flags are in the key, and the audit turns the
+    result into `gpu.arch ~= ...`."""
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
+    archs = [a for a in listed.split(";") if a]
+    if not archs:
+        present = sorted({d.split("_")[1] for d in (facts.get("gpu.arch") or "").split(",") if "_" in d})
+        archs = [f"{d[:-1]}.{d[-1]}" for d in present]
+        if archs:
+            archs[-1] += "+PTX"
+    flags = []
+    for arch in archs:
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", arch.strip())
+        if match is None:
+            raise UsageError(f"TORCH_CUDA_ARCH_LIST: {arch!r} is not an arch like 9.0, 9.0a or 9.0+PTX")
+        num = f"{match.group(1)}{match.group(2)}{match.group(3)}"
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if match.group(4):
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]) -> CudaUnits:
+    from .env import probes
+
+    nvcc = probes.nvcc_path()
+    if nvcc is None:
+        raise BuildError("CUDA sources need nvcc, which was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    covered.append(str(Path(nvcc).resolve().parent.parent / "include"))
+    key = ("-Xcompiler", "-fPIC", "-O2", "-std=c++17", *extra)
+    return CudaUnits((str(nvcc),), (*key, *torch.includes), key)
+
+
+def _cudart_link(libs: Sequence[str]) -> list[str]:
+    """libs for the link line: -lcudart names the runtime found first in the
+    documented search order (env/cuda_probe.py), by its soname where the folder
+    has no unversioned libcudart.so (the CUDA wheels ship none)."""
+    if "-lcudart" not in libs:
+        return list(libs)
     from .env import cuda_probe
 
     for folder in cuda_probe.runtime_dirs():
-        if any(folder.glob("libcudart.so*")):
-            return [f"-L{folder}"]
-    return []
+        sonames = sorted(p.name for p in folder.glob("libcudart.so.*") if re.fullmatch(r"libcudart\.so\.\d+", p.name))
+        if (folder / "libcudart.so").exists() or sonames:
+            name = "-lcudart" if (folder / "libcudart.so").exists() else f"-l:{sonames[-1]}"
+            return [f"-L{folder}", *(name if lib == "-lcudart" else lib for lib in libs)]
+    return list(libs)
 
 
 def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str | None,
-                 ldflags: Sequence[str], verbose: bool) -> Plan:
+                 ldflags: Sequence[str], verbose: bool, cuda_cflags: tuple[str, ...] = ()) -> Plan:
     key_cflags = ("-fPIC", "-O2", "-std=c++17")
-    tail = (f"-L{torch.lib_dir}", "-ltorch_cpu", *ldflags)
+    cuda = any(f.name.endswith(".cu") for f in tree.files)
+    libs = ("-ltorch_cpu", *(("-lcudart",) if cuda else ()))
+    tail = (f"-L{torch.lib_dir}", *_cudart_link(libs), *ldflags)
     filename = f"lib{name}.so"
     candidates = [target] if target else torch.stable_targets()
     for version in candidates:
         target_macro(version)  # validate early, before any build
+    covered = [str(torch.root / "include")]
+    # Kernels of a stable op compile with nvcc against the same stable headers; they
+    # may call the CUDA runtime, which the audit turns into a cuda.runtime requirement.
+    nvcc = _stable_nvcc(torch, covered, (*cuda_cflags, *cuda_arch_flags(torch.facts))) if cuda else None
     job = Job(f"stable op {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree, key_cflags,
-              key_cflags, ("-shared",), tail, filename, (str(torch.root / "include"),), verbose=verbose)
+              key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose=verbose)
 
     def build(out: Path, cache: Cache) -> Any:
         from .build import units
@@ -227,6 +281,9 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
             macro = target_macro(version)
             attempt = job._replace(what=f"stable op {name} (target torch {version})",
                                    cflags=(*job.cflags, macro, *torch.includes), key_cflags=(*job.key_cflags, macro))
+            if job.cuda is not None:
+                attempt = attempt._replace(cuda=job.cuda._replace(flags=(*job.cuda.flags, macro),
+                                                                  key_flags=(*job.cuda.key_flags, macro)))
             try:
                 deps = units.build(attempt, cache, out, runner(verbose))
             except BuildError as exc:
@@ -242,9 +299,10 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
     # Never the installed torch version: the target is the contract. Nor its flavor:
     # a CPU op built against +cpu loads into +cu128 alike, and an op that calls CUDA
     # shims gets `torch.flavor in cuda` from the audit (bench/matrix found the key too fine).
-    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, "|", "-ltorch_cpu",
+    nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
                                                   *ldflags],
-                         tools=["compiler.cxx"], extra={"target": target or "auto"})
+                         tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])], extra={"target": target or "auto"})
     declared = (f"torch.version >= {target}",) if target else ()
     return Plan("torch.stable", name, inputs, None, declared, bases=tree.bases, job=job, custom=build)
 
@@ -261,38 +319,43 @@ def _refuse_unstable_includes(cpp: dict[str, str]) -> None:
                              "use torch/csrc/stable/*.h, torch/headeronly/*.h and the C shims only")
 
 
-def build_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any = None,
-                 stable: bool = False, target: str | None = None, is_python_module: bool = True,
-                 extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
+def build_inline(name: str, cpp_sources: Sequence[str] | str, *, cuda_sources: Sequence[str] | str | None = None,
+                 functions: Any = None, stable: bool = False, target: str | None = None,
+                 is_python_module: bool = True, extra_cflags: Sequence[str] = (),
+                 extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
                  extra_include_paths: Sequence[str] = (), verbose: bool = False,
                  cache: Cache | None = None, use_pch: bool = False) -> Artifact:
-    """The cached build of an inline extension, not loaded. use_pch: compile
-    against a precompiled torch/extension.h shared by every extension of this
-    torch (build/pch.py; classic builds only)."""
+    """The cached build of an inline extension, not loaded. cuda_sources compile
+    with nvcc (classic: against torch's CUDA build; stable: against the stable
+    headers). use_pch: compile against a precompiled torch/extension.h shared by
+    every extension of this torch (build/pch.py; classic builds only)."""
     cache = cache or default_cache()
     python_module = is_python_module and not stable
-    sources = inline_sources(name, cpp_sources, functions, stable, python_module)
+    sources = inline_sources(name, cpp_sources, functions, stable, python_module, cuda_sources)
     return plan(name, sources, stable=stable, target=target, python_module=python_module,
                 extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
                 extra_include_paths=extra_include_paths, verbose=verbose, facts=cache.facts,
-                use_pch=use_pch).run(cache)
+                use_pch=use_pch, extra_cuda_cflags=extra_cuda_cflags).run(cache)
 
 
-def load_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any = None,
-                stable: bool = False, target: str | None = None, is_python_module: bool = True,
-                extra_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
+def load_inline(name: str, cpp_sources: Sequence[str] | str, *, cuda_sources: Sequence[str] | str | None = None,
+                functions: Any = None, stable: bool = False, target: str | None = None,
+                is_python_module: bool = True, extra_cflags: Sequence[str] = (),
+                extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
                 extra_include_paths: Sequence[str] = (), verbose: bool = False,
                 cache: Cache | None = None, use_pch: bool = False) -> Any:
     """Like torch.utils.cpp_extension.load_inline: a module for pybind builds,
     else the loaded library's path (ops are then in torch.ops)."""
-    memo = ("torch", name, _fingerprint(cpp_sources), repr(functions), stable, target, is_python_module,
-            tuple(extra_cflags), tuple(extra_ldflags), tuple(extra_include_paths), _where(cache))
+    memo = ("torch", name, _fingerprint(cpp_sources), _fingerprint(cuda_sources or ()), repr(functions), stable,
+            target, is_python_module, tuple(extra_cflags), tuple(extra_cuda_cflags), tuple(extra_ldflags),
+            tuple(extra_include_paths), _where(cache))
     return _load_once(
         memo,
-        lambda: build_inline(name, cpp_sources, functions=functions, stable=stable, target=target,
-                             is_python_module=is_python_module, extra_cflags=extra_cflags,
-                             extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                             verbose=verbose, cache=cache, use_pch=use_pch),
+        lambda: build_inline(name, cpp_sources, cuda_sources=cuda_sources, functions=functions, stable=stable,
+                             target=target, is_python_module=is_python_module, extra_cflags=extra_cflags,
+                             extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                             extra_include_paths=extra_include_paths, verbose=verbose, cache=cache,
+                             use_pch=use_pch),
         lambda art: _load(art, python_module=is_python_module and not stable),
     )
 
@@ -300,7 +363,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, *, functions: Any =
 def load(name: str, sources: Sequence[str | os.PathLike[str]], *, stable: bool = False,
          target: str | None = None, is_python_module: bool = True, extra_cflags: Sequence[str] = (),
          extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-         verbose: bool = False, cache: Cache | None = None, use_pch: bool = False) -> Any:
+         verbose: bool = False, cache: Cache | None = None, use_pch: bool = False,
+         extra_cuda_cflags: Sequence[str] = ()) -> Any:
     """Like torch.utils.cpp_extension.load: build from source files, each
     compiled where it lives (so its sibling headers and relative include
     paths work as with the compiler run by hand here). The headers they read
@@ -311,13 +375,14 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]], *, stable: bool =
     cache = cache or default_cache()
     python_module = is_python_module and not stable
     memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module,
-            tuple(extra_cflags), tuple(extra_ldflags), tuple(extra_include_paths), os.getcwd(), _where(cache))
+            tuple(extra_cflags), tuple(extra_cuda_cflags), tuple(extra_ldflags), tuple(extra_include_paths),
+            os.getcwd(), _where(cache))
     return _load_once(
         memo,
         lambda: plan(name, paths, stable=stable, target=target, python_module=python_module,
                      extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
                      extra_include_paths=extra_include_paths, verbose=verbose,
-                     facts=cache.facts, use_pch=use_pch).run(cache),
+                     facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=extra_cuda_cflags).run(cache),
         lambda art: _load(art, python_module=python_module),
     )
 

@@ -40,7 +40,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -48,6 +47,7 @@ from .cache import Artifact, Cache, default_cache
 from .errors import AbicacheError
 
 KIND = "triton"
+FILE_KIND = "triton.file"  # one file put() alone
 GROUP = "__abicache_group__.json"
 _SOURCE_DIRS = ("compiler", "backends", "language")
 _KNOWN_CACHE_API = ("get_file", "put", "get_group", "put_group")
@@ -134,71 +134,69 @@ def _store() -> Cache:
 
 
 class CacheManager:
-    """Triton's CacheManager interface on the abicache store."""
+    """Triton's CacheManager interface on the abicache store.
+
+    Every put() is persisted at once, as Triton's FileCacheManager does: a lone
+    put() (how Triton caches its compiled launcher and driver modules, and the
+    autotuner its results) is found by the next process with get_file(). A
+    kernel's files are also published together, as one entry, when put_group()
+    names them, so get_group() is one lookup; identical bytes share one blob.
+    The dump and override managers (TRITON_KERNEL_DUMP / TRITON_KERNEL_OVERRIDE)
+    are directories for people to read and edit: Triton's own manager serves them.
+    """
+
+    def __new__(cls, key: str, override: bool = False, dump: bool = False) -> Any:
+        if override or dump:
+            from triton.runtime.cache import FileCacheManager
+
+            return FileCacheManager(key, override=override, dump=dump)
+        return super().__new__(cls)
 
     def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
-        if override or dump:
-            raise AbicacheError("abicache.triton.CacheManager serves Triton's cache, not its "
-                                "override or dump directories")
         self.key = key
         self.cache = _store()
-        self._staged: Dict[str, Path] = {}
-        self._scratch: Optional[Path] = None
 
-    def _inputs(self) -> dict[str, Any]:
-        return {"extra": {"triton_key": self.key}}
-
-    def _entry(self, name: str) -> Optional[Artifact]:
-        return self.cache.lookup(KIND, name, self._inputs())
+    def _inputs(self, filename: str | None = None) -> dict[str, Any]:
+        extra = {"triton_key": self.key}
+        return {"extra": extra if filename is None else {**extra, "file": filename}}
 
     def get_file(self, filename: str) -> Optional[str]:
-        staged = self._staged.get(filename)
-        if staged is not None:
-            return str(staged)
-        entry = self._entry(_kernel_name(filename))
-        return str(entry.path / filename) if entry and filename in entry.files else None
+        entry = self.cache.lookup(FILE_KIND, _kernel_name(filename), self._inputs(filename))
+        if entry is not None and filename in entry.files:
+            return str(entry.path / filename)
+        group = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
+        return str(group.path / filename) if group and filename in group.files else None
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="abicache-triton-"))
-        path = self._scratch / filename
         # As Triton's own manager: bytes as they are, anything else (text, MLIR modules) as str().
         raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else str(data).encode("utf-8")
-        path.write_bytes(raw)
-        self._staged[filename] = path
-        return str(path)
+
+        def build(out: Path) -> None:
+            (out / filename).write_bytes(raw)
+
+        art = self.cache.get_or_build(FILE_KIND, _kernel_name(filename), self._inputs(filename), build)
+        return str(art.path / filename)
 
     def get_group(self, filename: str) -> Optional[Dict[str, str]]:
-        entry = self._entry(_kernel_name(filename))
+        entry = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
         if entry is None or GROUP not in entry.files:
             return None
         names = json.loads((entry.path / GROUP).read_text())
         return {name: str(entry.path / name) for name in names if name in entry.files}
 
     def put_group(self, filename: str, group: Dict[str, str]) -> str:
-        """Publish every file Triton wrote as one entry, then point `group` at it."""
-        staged = dict(self._staged)
+        """Publish the group's files (each already persisted by put()) as one entry;
+        the caller's dict and the paths put() returned stay as they are."""
+        files = {name: Path(path) for name, path in group.items() if Path(path).is_file()}
         names = sorted(group)
 
         def build(out: Path) -> None:
-            for name, path in staged.items():
+            for name, path in files.items():
                 shutil.copyfile(path, out / name)
             (out / GROUP).write_text(json.dumps(names))
 
         art = self.cache.get_or_build(KIND, _kernel_name(filename), self._inputs(), build)
-        for name in list(group):
-            if name in art.files:
-                group[name] = str(art.path / name)  # Triton loads the kernel from these paths next
-        self._cleanup()
         return str(art.path / GROUP)
-
-    def _cleanup(self) -> None:
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-        self._scratch, self._staged = None, {}
-
-    def __del__(self) -> None:
-        self._cleanup()
 
 
 def _kernel_name(filename: str) -> str:

@@ -81,6 +81,10 @@ def parse(path: str | Path, data: Any = None) -> ElfInfo:
         return _parse(str(path), data)
     except AuditError:
         raise
+    except ImportError as exc:  # a missing dependency, not a bad file (seen on a bare GPU image)
+        module = (exc.name or str(exc)).split(".")[0]
+        raise AuditError(f"cannot audit {path}: {module} is not installed (pip install pyelftools, "
+                         "or reinstall abicache with its dependencies)") from None
     except Exception as exc:  # pyelftools raises many types on bad input; all mean the same
         raise AuditError(f"{path} is a truncated or malformed ELF file ({type(exc).__name__}: {exc})") from None
 

@@ -1,0 +1,550 @@
+"""The six GPU checks of bench/gpu.py. Each compares a real result with a
+reference computed another way (numpy, torch, the driver's own verdict,
+nvidia-smi) and returns rows: (check, case, verdict, detail). A verdict is
+"pass", "FAIL", or "skip" with the reason (what was missing here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import gpu_driver
+
+KERNEL = ('extern "C" __global__ void scale(float* x, float a, int n) '
+          "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }")
+WARM_RUNS = 3  # fresh processes timed per measurement (the median is reported)
+
+
+def row(check: str, case: str, verdict: str, detail: str, **data: Any) -> dict[str, Any]:
+    return {"check": check, "case": case, "verdict": verdict, "detail": detail, **data}
+
+
+class Context:
+    """What every check shares: the scratch folder, the store, the GPU (or why none)."""
+
+    def __init__(self, work: Path, no_gpu: bool) -> None:
+        from abicache import Cache
+
+        self.work = work
+        self.store = work / "store"
+        self.cache = Cache(self.store)
+        self.no_gpu = "--no-gpu was given" if no_gpu else gpu_driver.available()
+        self.device_arch = None if self.no_gpu else gpu_driver.compute_capability()
+        self.env = {**os.environ, "ABICACHE_DIR": str(self.store), "ABICACHE_PROGRESS": "0"}
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)  # time what users get
+
+    @property
+    def arch(self) -> str:
+        """The GPU's own arch, or sm_90 for compile-only runs."""
+        return self.device_arch or "sm_90"
+
+    def python(self, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> dict:
+        """Run a script file in a fresh interpreter; the JSON it printed last."""
+        path = self.work / f"script-{abs(hash(script))}.py"
+        path.write_text(textwrap.dedent(script))
+        out = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                             env={**self.env, **(env or {})}, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"{path.name} {' '.join(args)} exited {out.returncode}: {out.stderr[-1500:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _nvcc_ok() -> str | None:
+    from abicache.env import probes
+
+    return None if probes.nvcc_path() else "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+
+
+def _nvrtc_ok() -> str | None:
+    from abicache.cuda import loader
+
+    return None if loader.locate("nvrtc") else "NVRTC not found (pip install nvidia-cuda-nvrtc)"
+
+
+# ---- 1. cuda.compile, loaded and launched; the arch model against the driver ---------------------
+
+
+def check_compile_and_launch(ctx: Context) -> list[dict]:
+    from abicache import cuda
+
+    rows = []
+    kinds = [("nvcc", "cubin"), ("nvcc", "ptx"), ("nvcc", "fatbin"), ("nvrtc", "cubin"), ("nvrtc", "ptx")]
+    for compiler, output in kinds:
+        case = f"{compiler} {output}"
+        missing = _nvcc_ok() if compiler == "nvcc" else _nvrtc_ok()
+        if missing:
+            rows.append(row("1 compile+launch", case, "skip", missing))
+            continue
+        arch: Any = ctx.arch if output != "ptx" else ctx.arch.replace("sm_", "compute_")
+        if output == "fatbin":
+            arch = sorted({"sm_80", ctx.arch})  # SASS for an older GPU too: the driver picks
+        first = cuda.compile(KERNEL, arch=arch, output=output, compiler=compiler, cache=ctx.cache)
+        again = cuda.compile(KERNEL, arch=arch, output=output, compiler=compiler, cache=ctx.cache)
+        built = f"{arch} built{' (a miss)' if not first.artifact.hit else ''}, then a hit={again.artifact.hit}"
+        if not again.artifact.hit or again.data != first.data:
+            rows.append(row("1 compile+launch", case, "FAIL", f"{built}: the second compile was not a store hit"))
+            continue
+        if ctx.no_gpu:
+            rows.append(row("1 compile+launch", case, "skip", f"{built}; launch needs a GPU: {ctx.no_gpu}"))
+            continue
+        answer = gpu_driver.load(again.path.read_bytes())  # the file in the store, as a user loads it
+        if not answer.ok:
+            rows.append(row("1 compile+launch", case, "FAIL", f"{built}; the driver refused it: {answer.code}"))
+            continue
+        error = gpu_driver.launch_scale(answer.module)
+        gpu_driver.unload(answer.module)
+        rows.append(row("1 compile+launch", case, "pass" if error == 0 else "FAIL",
+                        f"{built}; loaded from the store, launched on {ctx.device_arch}: max |x*3 - numpy| = {error}"))
+    return rows + _arch_model_vs_driver(ctx)
+
+
+# Targets the requirement model must judge as the driver does, on whatever GPU is present.
+FOREIGN = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120", "compute_80", "compute_100")
+
+
+def _arch_model_vs_driver(ctx: Context) -> list[dict]:
+    from abicache import cuda
+
+    if _nvcc_ok():
+        return [row("1 arch model = driver", "every target", "skip", _nvcc_ok())]
+    rows = []
+    for target in FOREIGN:
+        output = "ptx" if target.startswith("compute_") else "cubin"
+        try:
+            built = cuda.compile(KERNEL, arch=target, output=output, compiler="nvcc", cache=ctx.cache)
+        except Exception as exc:  # nvcc too old for this arch: nothing to compare
+            rows.append(row("1 arch model = driver", f"{output} {target}", "skip", f"nvcc cannot build it: {exc}"))
+            continue
+        unmet = [str(u) for u in built.artifact.requirements.unmet(ctx.cache.facts)]
+        ours = "refuse" if unmet else "load"
+        if ctx.no_gpu:
+            rows.append(row("1 arch model = driver", f"{output} {target}", "skip",
+                            f"abicache: {ours} ({'; '.join(unmet) or 'requirements met'}); "
+                            f"the driver cannot be asked: {ctx.no_gpu}"))
+            continue
+        answer = gpu_driver.load(built.data)
+        if answer.ok:
+            gpu_driver.unload(answer.module)
+        driver = "load" if answer.ok else "refuse"
+        verdict = "pass" if driver == ours else "FAIL"
+        why = f" ({'; '.join(unmet)})" if unmet else ""
+        rows.append(row("1 arch model = driver", f"{output} {target} on {ctx.device_arch}", verdict,
+                        f"abicache: {ours}{why}; driver: {answer.code}",
+                        abicache=ours, driver=answer.code))
+    return rows
+
+
+# ---- 2. the driver-version floor -----------------------------------------------------------------
+
+
+def check_driver_floor(ctx: Context) -> list[dict]:
+    from abicache import cuda
+    from abicache.audit.cuda import driver_for_isa
+    from abicache.versions import compare
+
+    rows = []
+    fact = ctx.cache.facts.get("cuda.driver")
+    if ctx.no_gpu:
+        rows.append(row("2 driver floor", "cuda.driver = cuDriverGetVersion", "skip",
+                        f"cuda.driver = {fact}; {ctx.no_gpu}"))
+    else:
+        version = gpu_driver.driver_version()
+        real = f"{version // 1000}.{(version % 1000) // 10}"
+        rows.append(row("2 driver floor", "cuda.driver = cuDriverGetVersion", "pass" if fact == real else "FAIL",
+                        f"abicache's fact {fact}, cuDriverGetVersion {version} = {real}"))
+    if _nvcc_ok():
+        return rows + [row("2 driver floor", "newer PTX ISA", "skip", _nvcc_ok())]
+    ptx = cuda.compile(KERNEL, arch=ctx.arch.replace("sm_", "compute_"), output="ptx", cache=ctx.cache).data.decode()
+    isa = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    live = fact or "13.0"
+    newer = next(f"{isa.group(1)}.{m}" for m in range(int(isa.group(2)) + 1, 100)
+                 if compare(driver_for_isa(f"{isa.group(1)}.{m}"), live) > 0)
+    edited = ptx.replace(isa.group(0), f".version {newer}", 1).encode()
+    art = _store_as_is(ctx, "newer_isa", edited)
+    unmet = [str(u) for u in art.requirements.unmet(ctx.cache.facts)]
+    ours = f"abicache refuses: {'; '.join(unmet)}" if unmet else "abicache would load it"
+    floor_named = any("cuda.driver" in u for u in unmet)
+    if ctx.no_gpu:
+        rows.append(row("2 driver floor", f"PTX ISA {newer} (needs driver {driver_for_isa(newer)})",
+                        "pass" if floor_named else "FAIL", f"{ours}; the driver cannot be asked: {ctx.no_gpu}"))
+        return rows
+    answer = gpu_driver.load(edited)
+    agree = floor_named and answer.code == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+    rows.append(row("2 driver floor", f"PTX ISA {newer} on driver {live}", "pass" if agree else "FAIL",
+                    f"{ours}; driver: {answer.code}", abicache=unmet, driver=answer.code))
+    return rows
+
+
+def _store_as_is(ctx: Context, name: str, data: bytes) -> Any:
+    """Publish bytes as a cuda.ptx entry, judged for any driver (so the store keeps it),
+    and return the entry: its requirements are what the audit read from the bytes."""
+    target = ctx.cache.for_target({"cuda.driver": "999.0", "gpu.arch": ctx.arch})
+
+    def build(out: Path) -> None:
+        (out / f"{name}.ptx").write_bytes(data)
+
+    return target.get_or_build("cuda.ptx", name, {"sources": {f"{name}.ptx": data.decode()}}, build)
+
+
+# ---- 3. Triton through abicache, launched; fresh process from the store ---------------------------
+
+TRITON_SCRIPT = r'''
+import json, os, sys, time
+mode = sys.argv[1]
+import torch, triton, triton.language as tl
+hits = []
+if mode == "abicache":
+    import abicache.triton
+    abicache.triton.install()
+    manager = abicache.triton.CacheManager
+else:
+    from triton.runtime.cache import FileCacheManager as manager
+get_group = manager.get_group
+def counted(self, filename):
+    found = get_group(self, filename)
+    hits.append(found is not None)
+    return found
+manager.get_group = counted
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+n = 1 << 20
+x = torch.randn(n, device="cuda"); y = torch.randn(n, device="cuda"); out = torch.empty_like(x)
+torch.cuda.synchronize()
+t = time.perf_counter()
+add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+torch.cuda.synchronize()
+first = time.perf_counter() - t
+err = (out - (x * 2 + y)).abs().max().item()
+print(json.dumps({"first_launch_s": first, "err": err, "hits": hits, "triton": triton.__version__}))
+'''
+
+
+def check_triton(ctx: Context) -> list[dict]:
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return [row("3 triton", "compile, launch, fresh hit", "skip", f"triton is not installed ({exc})")]
+    if ctx.no_gpu:
+        return [_triton_compile_only(ctx)]
+    rows, medians = [], {}
+    for mode in ("abicache", "default"):
+        home = ctx.work / f"triton-{mode}"
+        env = {"TRITON_CACHE_DIR": str(home / "triton"), "ABICACHE_DIR": str(home / "store")}
+        cold = ctx.python(TRITON_SCRIPT, mode, env=env)
+        warm = [ctx.python(TRITON_SCRIPT, mode, env=env) for _ in range(WARM_RUNS)]
+        medians[mode] = statistics.median(w["first_launch_s"] for w in warm)
+        if mode != "abicache":
+            continue
+        triton_files = [p for p in (home / "triton").rglob("*") if p.is_file()]
+        rows.append(row("3 triton", f"compile + launch through abicache (Triton {cold['triton']})",
+                        "pass" if cold["err"] < 1e-5 and not any(cold["hits"]) else "FAIL",
+                        f"cold: max error {cold['err']:.2e}, compiled ({len(cold['hits'])} group lookups, none hit)"))
+        served = all(w["err"] < 1e-5 and w["hits"] and all(w["hits"]) for w in warm) and not triton_files
+        rows.append(row("3 triton", f"{WARM_RUNS} fresh processes: kernel from the store, launched",
+                        "pass" if served else "FAIL",
+                        f"every lookup hit: {[w['hits'] for w in warm]}; max error {max(w['err'] for w in warm):.2e}; "
+                        f"files in TRITON_CACHE_DIR: {len(triton_files)}"))
+    a, d = medians["abicache"], medians["default"]
+    rows.append(row("3 triton", "first launch in a fresh process (median)", "pass",
+                    f"Triton's default cache {d * 1e3:.1f} ms, abicache {a * 1e3:.1f} ms: {d / a:.2f}x",
+                    default_s=d, abicache_s=a))
+    return rows
+
+
+def _triton_compile_only(ctx: Context) -> dict:
+    kernel = Path(__file__).resolve().parents[2] / "tests" / "triton_kernel.py"
+    env = {**ctx.env, "ARCH": ctx.arch[3:5]}
+    runs = [subprocess.run([sys.executable, str(kernel)], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    if any(r.returncode for r in runs):
+        return row("3 triton", "compile for the GPU target", "FAIL", runs[-1].stderr[-800:])
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    same = first["cubin_sha"] == second["cubin_sha"]
+    return row("3 triton", f"compile for sm_{ctx.arch[3:5]} (no launch)", "pass" if same else "FAIL",
+               f"compiled in {first['compile_s'] * 1e3:.0f} ms, fresh process from the store in "
+               f"{second['compile_s'] * 1e3:.1f} ms; launch needs a GPU: {ctx.no_gpu}")
+
+
+# ---- 4. torch CUDA extensions ----------------------------------------------------------------------
+
+CLASSIC_CPP = "torch::Tensor scale(torch::Tensor x, double a);"
+CLASSIC_CU = r'''
+__global__ void scale_kernel(const float* x, float* y, float a, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i];
+}
+torch::Tensor scale(torch::Tensor x, double a) {
+  auto y = torch::empty_like(x);
+  int64_t n = x.numel();
+  scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)a, n);
+  return y;
+}
+'''
+STABLE_CPP = r'''
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/csrc/stable/ops.h>
+using torch::stable::Tensor;
+void launch_add_one(const float* x, float* y, int64_t n);
+Tensor add_one(Tensor x) {
+  Tensor y = torch::stable::empty_like(x);
+  launch_add_one(reinterpret_cast<const float*>(x.data_ptr()), reinterpret_cast<float*>(y.data_ptr()), x.numel());
+  return y;
+}
+STABLE_TORCH_LIBRARY(abicache_gpu_stable, m) { m.def("add_one(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(abicache_gpu_stable, CUDA, m) { m.impl("add_one", TORCH_BOX(&add_one)); }
+'''
+STABLE_CU = r'''
+#include <cstdint>
+__global__ void add_one_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + 1.0f;
+}
+void launch_add_one(const float* x, float* y, int64_t n) { add_one_kernel<<<(n + 255) / 256, 256>>>(x, y, n); }
+'''
+TORCH_SCRIPT = r'''
+import json, os, sys, time
+mode, build_dir = sys.argv[1], sys.argv[2]
+CLASSIC_CPP, CLASSIC_CU, STABLE_CPP, STABLE_CU = json.loads(os.environ["GPU_SOURCES"])
+t0 = time.perf_counter()
+import torch
+t = time.perf_counter()
+if mode == "torch":
+    from torch.utils.cpp_extension import load_inline
+    mod = load_inline("abicache_gpu_classic", [CLASSIC_CPP], cuda_sources=[CLASSIC_CU], functions=["scale"],
+                      build_directory=build_dir)
+elif mode == "abicache":
+    import abicache.torch as at
+    mod = at.load_inline("abicache_gpu_classic", [CLASSIC_CPP], cuda_sources=[CLASSIC_CU], functions=["scale"])
+else:
+    import abicache.torch as at
+    at.load_inline("abicache_gpu_stable", [STABLE_CPP], cuda_sources=[STABLE_CU], stable=True)
+loaded = time.perf_counter() - t
+x = torch.randn(1 << 20, device="cuda")
+if mode == "stable":
+    err = (torch.ops.abicache_gpu_stable.add_one(x) - (x + 1)).abs().max().item()
+else:
+    err = (mod.scale(x, 3.0) - 3 * x).abs().max().item()
+torch.cuda.synchronize()
+hit = None
+if mode != "torch":
+    from abicache import Cache
+    kind = "torch.stable" if mode == "stable" else "torch.pybind"
+    hit = len([v for v in Cache(os.environ["ABICACHE_DIR"]).store.iter_variant_dirs() if f"/{kind}/" in str(v)])
+print(json.dumps({"load_s": loaded, "import_torch_s": t - t0, "err": err, "entries": hit, "torch": torch.__version__}))
+'''
+
+
+def check_torch(ctx: Context) -> list[dict]:
+    flavor = ctx.cache.facts.get("torch.flavor")
+    if ctx.cache.facts.get("torch.root") is None:
+        return [row("4 torch CUDA ext", "classic and stable", "skip", "torch is not installed")]
+    if ctx.no_gpu or flavor != "cuda":
+        return _torch_compile_only(ctx, flavor)
+    env = {"GPU_SOURCES": json.dumps([CLASSIC_CPP, CLASSIC_CU, STABLE_CPP, STABLE_CU]), "MAX_JOBS": str(os.cpu_count())}
+    rows, medians = [], {}
+    for mode, label in (("abicache", "classic, cuda_sources"), ("stable", "stable ABI op, CUDA sources"),
+                        ("torch", "torch.utils.cpp_extension.load_inline")):
+        build_dir = ctx.work / f"torch-ext-{mode}"
+        build_dir.mkdir(exist_ok=True)
+        cold = ctx.python(TORCH_SCRIPT, mode, str(build_dir), env=env, timeout=540)
+        warm = [ctx.python(TORCH_SCRIPT, mode, str(build_dir), env=env) for _ in range(WARM_RUNS)]
+        medians[mode] = statistics.median(w["load_s"] for w in warm)
+        imports = statistics.median(w["import_torch_s"] for w in warm)
+        ok = cold["err"] < 1e-5 and all(w["err"] < 1e-5 for w in warm)
+        one = mode == "torch" or (cold["entries"] == 1 and all(w["entries"] == 1 for w in warm))
+        rows.append(row("4 torch CUDA ext", f"{label} (torch {cold['torch']})", "pass" if ok and one else "FAIL",
+                        f"built in {cold['load_s']:.1f} s, called on CUDA tensors: max error "
+                        f"{max(w['err'] for w in [cold, *warm]):.1e}; in {WARM_RUNS} fresh processes, after "
+                        f"`import torch` ({imports * 1e3:.0f} ms), the load call takes {medians[mode] * 1e3:.1f} ms (median)"
+                        + ("" if mode == "torch" else f"; entries in the store: {cold['entries']}")))
+    a, t = medians["abicache"], medians["torch"]
+    rows.append(row("4 torch CUDA ext", "fresh-process hit: load_inline call after import torch (median)", "pass",
+                    f"torch {t * 1e3:.1f} ms, abicache {a * 1e3:.1f} ms: {t / a:.1f}x", torch_s=t, abicache_s=a))
+    return rows
+
+
+def _torch_compile_only(ctx: Context, flavor: str | None) -> list[dict]:
+    """Without a GPU or a CUDA torch: the stable op still builds (its kernels need only nvcc)."""
+    import abicache.torch as at
+
+    why = ctx.no_gpu or f"this torch is {ctx.cache.facts.get('torch.version')} ({flavor}), not a CUDA build"
+    rows = [row("4 torch CUDA ext", "classic, cuda_sources", "skip", f"needs a CUDA torch and a GPU: {why}")]
+    if _nvcc_ok():
+        return rows + [row("4 torch CUDA ext", "stable ABI op, CUDA sources", "skip", _nvcc_ok())]
+    target = ctx.cache.for_target({"gpu.arch": ctx.arch, "cuda.driver": "13.0", "cuda.runtime": "13"})
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{ctx.arch[3]}.{ctx.arch[4:]}")
+    art = at.build_inline("abicache_gpu_stable", [STABLE_CPP], cuda_sources=[STABLE_CU], stable=True, cache=target)
+    again = at.build_inline("abicache_gpu_stable", [STABLE_CPP], cuda_sources=[STABLE_CU], stable=True, cache=target)
+    ok = again.hit and "gpu.arch" in str(art.requirements)
+    rows.append(row("4 torch CUDA ext", "stable ABI op, CUDA sources (build only)", "pass" if ok else "FAIL",
+                    f"built, then a hit={again.hit}; requires {art.requirements}; calling it needs a GPU: {why}"))
+    return rows
+
+
+# ---- 5. a program linked against the cudart stub ----------------------------------------------------
+
+STUB_FUNCTIONS = ("cudaRuntimeGetVersion", "cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaFree",
+                  "cudaLibraryLoadData", "cudaLibraryGetKernel", "cudaLaunchKernel", "cudaDeviceSynchronize")
+STUB_PROGRAM = r'''
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include "kernel.h"
+int abicache_stub_cudart_report(char* buf, size_t size);
+int abicache_stub_cudart_major(void);
+int main(void) {
+  int version = 0, count = 0;
+  int rv = cudaRuntimeGetVersion(&version);
+  int rc = cudaGetDeviceCount(&count);
+  char report[8192];
+  abicache_stub_cudart_report(report, sizeof report);
+  fprintf(stderr, "%s", report);
+  if (rv || rc || count == 0) {
+    printf("{\"stage\": \"init\", \"rv\": %d, \"rc\": %d, \"count\": %d, \"major\": %d}\n", rv, rc, count,
+           abicache_stub_cudart_major());
+    return 0;
+  }
+  enum { N = 4096 };
+  static float host[N];
+  for (int i = 0; i < N; i++) host[i] = (float)i;
+  cudaLibrary_t lib; cudaKernel_t kernel; float* dev = 0; float a = 3.0f; int n = N;
+  int e1 = cudaLibraryLoadData(&lib, kernel_ptx, 0, 0, 0, 0, 0, 0);
+  int e2 = e1 ? -1 : cudaLibraryGetKernel(&kernel, lib, "scale");
+  int e3 = cudaMalloc((void**)&dev, sizeof host);
+  int e4 = cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice);
+  void* args[] = {&dev, &a, &n};
+  dim3 grid = {N / 256, 1, 1}, block = {256, 1, 1};
+  int e5 = (e2 || e3) ? -1 : cudaLaunchKernel((const void*)kernel, grid, block, args, 0, 0);
+  int e6 = cudaDeviceSynchronize();
+  int e7 = cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost);
+  int e8 = cudaFree(dev);
+  double err = 0;
+  for (int i = 0; i < N; i++) { double d = host[i] - 3.0 * i; if (d < 0) d = -d; if (d > err) err = d; }
+  printf("{\"stage\": \"run\", \"version\": %d, \"count\": %d, \"major\": %d, \"errors\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+         "\"max_err\": %g}\n", version, count, abicache_stub_cudart_major(), e1, e2, e3, e4, e5, e6, e7, e8, err);
+  return 0;
+}
+'''
+
+
+def check_stub(ctx: Context) -> list[dict]:
+    from abicache import cuda
+    from abicache.cuda import loader, stubs
+    from abicache.cuda.headers import support_flags
+
+    if _nvcc_ok():
+        return [row("5 cudart stub", "program linked against the stub", "skip", _nvcc_ok())]
+    folder = ctx.work / "stub"
+    made = subprocess.run([sys.executable, "-m", "abicache", "stub", "cudart", "--functions", ",".join(STUB_FUNCTIONS),
+                           "--out", str(folder), "--majors", "13", "--json"], capture_output=True, text=True,
+                          env=ctx.env, timeout=300)
+    if made.returncode != 0:
+        return [row("5 cudart stub", "abicache stub cudart", "FAIL", made.stderr[-800:])]
+    so = Path(json.loads(made.stdout)["path"])
+    ptx = cuda.compile(KERNEL, arch="compute_80", output="ptx", cache=ctx.cache).data.decode()
+    (folder / "kernel.h").write_text(f"static const char kernel_ptx[] = {json.dumps(ptx)};\n")
+    (folder / "prog.c").write_text(STUB_PROGRAM)
+    include = stubs.plan("cudart", ["cudaMalloc"], api_major=13, majors=[13]).include
+    built = subprocess.run(["cc", "-O1", str(folder / "prog.c"), f"-I{include}", f"-I{folder}", *support_flags(),
+                            f"-L{folder}", f"-l:{so.name}", f"-Wl,-rpath,{folder}", "-o", str(folder / "prog")],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        return [row("5 cudart stub", "program linked against the stub", "FAIL", built.stderr[-800:])]
+    found = loader.locate("cudart", 13)
+    rows = [_stub_with_runtime(ctx, folder, found)]
+    return rows + [_stub_without_runtime(folder)]
+
+
+def _run_program(folder: Path, env: dict[str, str], wrap: list[str] = ()) -> tuple[dict, str]:
+    done = subprocess.run([*wrap, str(folder / "prog")], capture_output=True, text=True, env=env, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"prog exited {done.returncode}: {done.stderr[-800:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _stub_with_runtime(ctx: Context, folder: Path, found: tuple[int, str] | None) -> dict:
+    case = "real runtime: malloc, memcpy, launch via cudaLaunchKernel"
+    if found is None:
+        return row("5 cudart stub", case, "skip", "no libcudart.so.13 found by abicache.cuda.loader")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(found[1]).parent)}
+    got, report = _run_program(folder, env)
+    if got["stage"] == "init":
+        verdict = "skip" if ctx.no_gpu else "FAIL"
+        return row("5 cudart stub", case, verdict,
+                   f"loaded {found[1]} (major {got['major']}); cudaGetDeviceCount returned {got['rc']}, "
+                   f"count {got['count']}" + (f"; {ctx.no_gpu}" if ctx.no_gpu else ""))
+    ok = got["max_err"] == 0 and not any(got["errors"]) and got["major"] == 13
+    return row("5 cudart stub", case, "pass" if ok else "FAIL",
+               f"runtime {got['version']} loaded through the stub ({report.strip().splitlines()[0]}); "
+               f"error codes {got['errors']}; max |x*3 - expected| = {got['max_err']}")
+
+
+def _stub_without_runtime(folder: Path) -> dict:
+    from abicache.cuda.stubs import NO_LIBRARY
+
+    case = "no runtime: the documented error, and what was tried"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "ABICACHE_STUB_CUDART")}
+    wrap: list[str] = []
+    if "libcudart.so.13" in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout:
+        # The system loader would find one: hide ld.so.cache in a private mount namespace.
+        if not shutil.which("unshare"):
+            return row("5 cudart stub", case, "skip", "libcudart.so.13 is in ld.so.cache and unshare is missing")
+        wrap = ["unshare", "-m", "sh", "-c", 'mount --bind /dev/null /etc/ld.so.cache && exec "$0"']
+    try:
+        got, report = _run_program(folder, env, wrap)
+    except RuntimeError as exc:
+        return row("5 cudart stub", case, "skip", f"could not hide the system's libcudart: {exc}")
+    ok = got["stage"] == "init" and got["rv"] == NO_LIBRARY and "tried libcudart.so.13" in report
+    return row("5 cudart stub", case, "pass" if ok else "FAIL",
+               f"cudaRuntimeGetVersion returned {got['rv']} (ABICACHE_STUB_NO_LIBRARY = {NO_LIBRARY}); "
+               f"report: {' | '.join(report.strip().splitlines())[:200]}")
+
+
+# ---- 6. facts from the real driver against nvidia-smi ----------------------------------------------
+
+
+def check_facts(ctx: Context) -> list[dict]:
+    smi = shutil.which("nvidia-smi")
+    facts = {name: ctx.cache.facts.get(name) for name in ("gpu.arch", "cuda.driver", "cuda.runtime")}
+    if smi is None or ctx.no_gpu:
+        return [row("6 facts = nvidia-smi", "gpu.arch, cuda.driver", "skip",
+                    f"abicache: {facts}; {'nvidia-smi is not installed' if smi is None else ctx.no_gpu}")]
+    query = subprocess.run([smi, "--query-gpu=compute_cap,name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=60).stdout
+    caps = sorted({"sm_" + line.split(",")[0].strip().replace(".", "") for line in query.strip().splitlines()})
+    banner = re.search(r"CUDA Version:\s*([\d.]+)", subprocess.run([smi], capture_output=True, text=True).stdout)
+    rows = [row("6 facts = nvidia-smi", "gpu.arch", "pass" if facts["gpu.arch"] == ",".join(caps) else "FAIL",
+                f"abicache {facts['gpu.arch']}, nvidia-smi compute_cap {caps}"),
+            row("6 facts = nvidia-smi", "cuda.driver", "pass" if banner and facts["cuda.driver"] == banner.group(1)
+                else "FAIL", f"abicache {facts['cuda.driver']}, nvidia-smi 'CUDA Version: "
+                             f"{banner.group(1) if banner else '?'}'")]
+    from abicache.cuda import loader
+
+    found = loader.locate("cudart")
+    rows.append(row("6 facts = nvidia-smi", "cuda.runtime", "pass" if found and str(found[0]) == facts["cuda.runtime"]
+                    else "FAIL", f"abicache {facts['cuda.runtime']}, the loader's libcudart: {found}"))
+    return rows
+
+
+CHECKS: list[tuple[str, Callable[[Context], list[dict]]]] = [
+    ("1 compile+launch", check_compile_and_launch),
+    ("2 driver floor", check_driver_floor),
+    ("3 triton", check_triton),
+    ("4 torch CUDA ext", check_torch),
+    ("5 cudart stub", check_stub),
+    ("6 facts = nvidia-smi", check_facts),
+]
