@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -79,3 +80,15 @@ def run_py(code: str, *, python: str = sys.executable, env: dict[str, str] | Non
 def fixed_facts(**overrides: str | None) -> Facts:
     """Real probed facts with some replaced (what the hit path would see elsewhere)."""
     return Facts().with_overrides({k.replace("__", "."): v for k, v in overrides.items()})
+
+
+def gpu_present() -> str | None:
+    """None if a driver answers with at least one GPU, else why not."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no NVIDIA driver: {exc}"
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return "the driver sees no GPU"
+    return None

@@ -8,29 +8,16 @@ Every row it cannot run says what was missing.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gpu_present
 
 CHECKS = ("1 compile+launch", "1 arch model = driver", "2 driver floor", "3 triton", "4 torch CUDA ext",
           "5 cudart stub", "6 facts = nvidia-smi")
-
-
-def gpu_present() -> str | None:
-    """None if a driver answers with at least one GPU, else why not."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return f"no NVIDIA driver: {exc}"
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
-        return "the driver sees no GPU"
-    return None
 
 
 def run_suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:

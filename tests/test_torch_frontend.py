@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,8 +104,9 @@ def test_stable_key_ignores_the_installed_torch_and_classic_key_does_not(tmp_pat
     import abicache.torch as at
 
     here = Facts()
-    other = Facts().with_overrides({"torch.version": "2.13.1+cpu",
-                                    "torch.build": here.get("torch.build").replace("2.13.0", "2.13.1")})
+    version = here.get("torch.version")
+    other = Facts().with_overrides({"torch.version": next_patch(version),
+                                    "torch.build": here.get("torch.build").replace(version, next_patch(version))})
 
     def key(facts: Facts, **kw) -> str:
         sources = at.inline_sources("x", [TORCH_STABLE if kw.get("stable") else PYBIND], None,
@@ -121,7 +123,7 @@ def test_cuda_sources_need_a_cuda_torch_and_enter_key_and_requirements(tmp_path:
 
     sources = {"main.cpp": "#include <torch/extension.h>\n", "kernel.cu": "__global__ void k() {}\n"}
     with pytest.raises(AbicacheError, match="CUDA sources need a CUDA build of torch"):
-        at.plan("cu", sources, facts=Facts())
+        at.plan("cu", sources, facts=Facts().with_overrides({"torch.flavor": "cpu"}))
     cuda_torch = Facts().with_overrides({"torch.flavor": "cuda", "torch.cuda": "13.0",
                                          "cuda.nvcc": "Cuda compilation tools, release 13.0"})
     plan = at.plan("cu", sources, facts=cuda_torch)
@@ -188,6 +190,16 @@ def test_sigkill_during_a_torch_build(tmp_path: Path) -> None:
     assert time.monotonic() - start < 60 and art.file().is_file()
 
 
+def installed_torch() -> str:
+    """The installed torch's version (2.13.0+cpu here, 2.11.0+cu130 on the GPU machine)."""
+    return Facts().get("torch.version")
+
+
+def next_patch(version: str) -> str:
+    """2.13.0+cpu -> 2.13.1+cpu: the same major.minor and flavour, another build."""
+    return re.sub(r"^(\d+\.\d+\.)(\d+)", lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", version)
+
+
 def _torch_with_version(tmp_path: Path, version: str) -> Path:
     """A second torch identity: the real package seen through symlinks, with its own version.py."""
     real = torch_root()
@@ -197,7 +209,7 @@ def _torch_with_version(tmp_path: Path, version: str) -> Path:
         if child.name != "version.py":
             (fake / child.name).symlink_to(child)
     text = (real / "version.py").read_text()
-    (fake / "version.py").write_text(text.replace("2.13.0+cpu", version))
+    (fake / "version.py").write_text(text.replace(installed_torch(), version))
     return fake.parent
 
 
@@ -223,19 +235,20 @@ def test_two_torch_builds_with_one_major_minor_share_a_cache(tmp_path: Path) -> 
     one = subprocess.run([sys.executable, "-c", ADDON, *args], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=600)
     assert one.returncode == 0, one.stderr
-    assert json.loads(one.stdout) == {"torch": "2.13.0+cpu", "classic_hit": False, "stable_hit": False,
+    here, there = installed_torch(), next_patch(installed_torch())
+    assert json.loads(one.stdout) == {"torch": here, "classic_hit": False, "stable_hit": False,
                                       "out": [3.0, 3.0]}
-    site = _torch_with_version(tmp_path, "2.13.1+cpu")
+    site = _torch_with_version(tmp_path, there)
     two = subprocess.run([sys.executable, "-c", ADDON, *args], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{SRC}"}, timeout=600)
     assert two.returncode == 0, two.stderr
-    assert json.loads(two.stdout) == {"torch": "2.13.1+cpu", "classic_hit": False, "stable_hit": True,
+    assert json.loads(two.stdout) == {"torch": there, "classic_hit": False, "stable_hit": True,
                                       "out": [3.0, 3.0]}
     why = subprocess.run([sys.executable, "-m", "abicache", "explain", "addon_classic", "--json", "--root", str(root)],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{SRC}"})
     diffs = json.loads(why.stdout)[0]["candidates"][0]["differences"]
     assert [d["what"] for d in diffs if d["what"].startswith("tools.")] == ["tools.torch.build"]
-    assert diffs[0]["entry"].startswith("2.13.0+cpu/") and diffs[0]["wanted"].startswith("2.13.1+cpu/")
+    assert diffs[0]["entry"].startswith(f"{here}/") and diffs[0]["wanted"].startswith(f"{there}/")
 
 
 HIT_NO_SPAWN = textwrap.dedent("""

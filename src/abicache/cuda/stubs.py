@@ -67,14 +67,15 @@ def plan(library: str, functions: Sequence[str], *, api_major: int | None = None
     if not sets:
         raise AbicacheError(f"no {headers.HEADERS[library]} found; install the CUDA headers "
                             "(the toolkit, or pip wheels) or set ABICACHE_CUDA_HEADERS")
-    api_major = api_major or max(m for m in sets if majors is None or m in majors)
-    if api_major not in sets:
-        raise AbicacheError(f"no CUDA {api_major} headers for {library}; found majors {sorted(sets)}")
-    if majors is not None:
+    if majors is not None:  # before choosing the API major: with none of them there is no choice to make
         missing = [m for m in majors if m not in sets]
         if missing:
             raise AbicacheError(f"no {library} headers for CUDA {missing} (found {sorted(sets)}): signatures "
                                 "cannot be checked; install them or set ABICACHE_CUDA_HEADERS")
+    api_major = api_major or max(m for m in sets if majors is None or m in majors)
+    if api_major not in sets:
+        raise AbicacheError(f"no CUDA {api_major} headers for {library}; found majors {sorted(sets)}")
+    if majors is not None:
         sets = {m: s for m, s in sets.items() if m in majors or m == api_major}
     protos = {m: headers.prototypes(s) for m, s in sets.items()}
     chosen, problems, notes = [], [], []
