@@ -17,7 +17,7 @@ import pytest
 from abicache import Cache
 from abicache.env import Facts
 from abicache.errors import AbicacheError, BuildError
-from conftest import SRC
+from conftest import ROOT, SRC
 from corpus import TORCH_STABLE, torch_root
 
 pytestmark = pytest.mark.usefixtures("_torch")
@@ -329,28 +329,14 @@ def test_cuda_flags_and_archs_enter_the_classic_key(monkeypatch: pytest.MonkeyPa
     assert key() != base
 
 
-STABLE_CUDA_CPP = r"""
-#include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/tensor.h>
-#include <torch/csrc/stable/ops.h>
-using torch::stable::Tensor;
-void launch_add_one(const float* x, float* y, int64_t n);
-Tensor add_one(Tensor x) {
-  Tensor y = torch::stable::empty_like(x);
-  launch_add_one(reinterpret_cast<const float*>(x.data_ptr()), reinterpret_cast<float*>(y.data_ptr()), x.numel());
-  return y;
-}
-STABLE_TORCH_LIBRARY(abicache_stable_cuda, m) { m.def("add_one(Tensor x) -> Tensor"); }
-STABLE_TORCH_LIBRARY_IMPL(abicache_stable_cuda, CUDA, m) { m.impl("add_one", TORCH_BOX(&add_one)); }
-"""
-STABLE_CUDA_CU = r"""
-#include <cstdint>
-__global__ void add_one_kernel(const float* x, float* y, int64_t n) {
-  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = x[i] + 1.0f;
-}
-void launch_add_one(const float* x, float* y, int64_t n) { add_one_kernel<<<(n + 255) / 256, 256>>>(x, y, n); }
-"""
+def gpu_sources():
+    """The stable CUDA op bench/gpu calls on a GPU (one copy of its source)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_sources", ROOT / "bench" / "gpu_suite" / "gpu_sources.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_stable_op_with_cuda_sources_builds_for_any_torch_flavor(monkeypatch: pytest.MonkeyPatch,
@@ -363,6 +349,8 @@ def test_stable_op_with_cuda_sources_builds_for_any_torch_flavor(monkeypatch: py
     if probes.nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    sources = gpu_sources()
+    STABLE_CUDA_CPP, STABLE_CUDA_CU = sources.STABLE_CPP, sources.STABLE_CU
     target = Cache(tmp_path).for_target({"gpu.arch": "sm_90", "cuda.driver": "13.0", "cuda.runtime": "13"})
     art = at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
                           cache=target)
