@@ -122,7 +122,7 @@ def test_cuda_sources_need_a_cuda_torch_and_enter_key_and_requirements(tmp_path:
     import abicache.torch as at
 
     sources = {"main.cpp": "#include <torch/extension.h>\n", "kernel.cu": "__global__ void k() {}\n"}
-    with pytest.raises(AbicacheError, match="CUDA sources need a CUDA build of torch"):
+    with pytest.raises(AbicacheError, match=r"CUDA sources \(or with_cuda=True\) need a CUDA build of torch"):
         at.plan("cu", sources, facts=Facts().with_overrides({"torch.flavor": "cpu"}))
     cuda_torch = Facts().with_overrides({"torch.flavor": "cuda", "torch.cuda": "13.0",
                                          "cuda.nvcc": "Cuda compilation tools, release 13.0"})

@@ -363,15 +363,31 @@ def load_module(
     )
 
 
+#: module name -> the files imported under it in this process, in order
+_imported: dict[str, list[str]] = {}
+
+
 def import_extension(name: str, path: Path) -> ModuleType:
+    """Import the extension module at path. CPython keeps one module per name
+    (a second file with the same PyInit_<name> gets the first module back), so
+    a new build under a name already imported in this process (new code, or a
+    header edit) is imported as `<name>_v<N>.<name>`: the init symbol is found,
+    the module is new, the way cpp_extension's name_v1 is (without a rebuild).
+    The first import under a name is also sys.modules[name]."""
     import importlib.machinery
     import importlib.util
 
-    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    seen = _imported.setdefault(name, [])
+    key = str(path)
+    if key not in seen:
+        seen.append(key)
+    version = seen.index(key)
+    full = name if version == 0 else f"{name}_v{version}.{name}"
+    loader = importlib.machinery.ExtensionFileLoader(full, key)
+    spec = importlib.util.spec_from_file_location(full, path, loader=loader)
     if spec is None:
         raise AbicacheError(f"cannot import {path} as module {name!r}")
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    sys.modules[name] = module
+    sys.modules[full] = module
     return module

@@ -31,8 +31,10 @@ class UntrustedRootError(AbicacheError):
     """The cache root is owned by someone else or writable by others."""
 
 
-class BuildError(AbicacheError):
-    """A builder failed; carries the command and its output when there was one."""
+class BuildError(AbicacheError, RuntimeError):
+    """A builder failed; carries the command and its output when there was one.
+    A RuntimeError too, as torch.utils.cpp_extension's build errors are, so a
+    caller's `except RuntimeError:` fallback keeps working with abicache."""
 
     def __init__(self, message: str, *, command: tuple[str, ...] = (), output: str = "") -> None:
         super().__init__(message)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .cache import Artifact, Cache, default_cache
 from .build import tree as trees
@@ -82,26 +82,28 @@ def target_macro(version: str) -> str:
 
 
 def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, stable: bool,
-                   python_module: bool, cuda_sources: Sequence[str] | str | None = None) -> dict[str, str]:
+                   python_module: bool, cuda_sources: Sequence[str] | str | None = None, *,
+                   error_handling: bool = True, implicit_headers: bool = True) -> dict[str, str]:
     """main.cpp (and cuda.cu) as cpp_extension.load_inline writes them."""
     parts = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
-    if not stable:
+    implicit = implicit_headers and not stable
+    if implicit:
         parts.insert(0, "#include <torch/extension.h>")
     if functions is not None:
-        if stable or not python_module:
-            raise AbicacheError("functions= makes pybind11 bindings: it needs a classic python module "
-                                "(stable=False, is_python_module=True)")
-        parts.append(_bindings(functions))
+        if stable:
+            raise UsageError("functions= makes pybind11 bindings, which the stable ABI excludes; "
+                             "register the functions with STABLE_TORCH_LIBRARY instead")
+        parts.append(_bindings(functions, error_handling))
     sources = {"main.cpp": "\n".join(parts)}
     cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or ())
     if cuda:
         # cpp_extension prepends these to classic CUDA sources; a stable op includes what it uses.
-        head = [] if stable else ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
+        head = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"] if implicit else []
         sources["cuda.cu"] = "\n".join(head + cuda)
     return sources
 
 
-def _bindings(functions: Any) -> str:
+def _bindings(functions: Any, error_handling: bool = True) -> str:
     if isinstance(functions, str):
         functions = [functions]
     if isinstance(functions, Mapping):
@@ -109,18 +111,21 @@ def _bindings(functions: Any) -> str:
     elif isinstance(functions, (list, tuple)):
         docs = {f: f for f in functions}
     else:
-        raise AbicacheError(f"functions must be a name, a list or a dict, not {type(functions).__name__}")
+        raise UsageError(f"Expected 'functions' to be a list or dict, but was {type(functions)}")
+    wrap = "torch::wrap_pybind_function({})" if error_handling else "{}"
     lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
-    lines += [f'm.def("{f}", torch::wrap_pybind_function({f}), "{d}");' for f, d in docs.items()]
+    lines += [f'm.def("{f}", {wrap.format(f)}, "{d}");' for f, d in docs.items()]
     return "\n".join(lines + ["}"])
 
 
 def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool = False,
          target: str | None = None, python_module: bool = True, extra_cflags: Sequence[str] = (),
          extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (), verbose: bool = False,
-         facts: Facts | None = None, use_pch: bool = False, extra_cuda_cflags: Sequence[str] = ()) -> Plan:
+         facts: Facts | None = None, use_pch: bool = False, extra_cuda_cflags: Sequence[str] = (),
+         with_cuda: bool | None = None, standalone: bool = False) -> Plan:
     """What to build and how it is keyed, for a classic or stable extension.
-    sources: {name: code} (inline), or files compiled where they live."""
+    sources: {name: code} (inline), or files compiled where they live.
+    with_cuda: link CUDA (None: if there are .cu sources); standalone: an executable."""
     facts = facts or default_cache().facts
     torch = TorchInstall(facts)
     flags = [*extra_cflags, *(f"-I{p}" for p in extra_include_paths)]
@@ -130,48 +135,66 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool 
     if stable:
         _refuse_unstable_includes({f.name: f.code for f in tree.files})
         return _stable_plan(name, tree, torch, target, extra_ldflags, verbose, cuda)
-    return _classic_plan(name, tree, torch, python_module, extra_ldflags, verbose, use_pch, cuda)
+    has_cu = any(f.name.endswith(".cu") for f in tree.files)
+    if with_cuda is False and has_cu:
+        raise UsageError(f"with_cuda=False, but {name} has CUDA sources; leave with_cuda unset (None) or True")
+    output = "executable" if standalone else "module" if python_module else "library"
+    return _classic_plan(name, tree, torch, output, extra_ldflags, verbose, use_pch, cuda, bool(with_cuda) or has_cu)
 
 
-def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, python_module: bool,
+_OUTPUTS = {  # output -> (kind, link flags)
+    "module": ("torch.pybind", ("-shared",)),
+    "library": ("torch.classic", ("-shared",)),
+    "executable": ("torch.executable", ()),
+}
+
+
+def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
                   ldflags: Sequence[str], verbose: bool, use_pch: bool = False,
-                  cuda_cflags: tuple[str, ...] = ()) -> Plan:
+                  cuda_cflags: tuple[str, ...] = (), cuda: bool = False) -> Plan:
     facts = torch.facts
     python_include = cc_python_include()
     abi = facts.get("torch.cxx11abi")
-    defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    python_module = output == "module"
+    # an executable is no extension: torch/torch.h must not pull in Python (as cpp_extension does it)
+    defines = [] if output == "executable" else [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if abi in ("0", "1") else []
-    cuda = any(f.name.endswith(".cu") for f in tree.files)
-    libs = ["-lc10", "-ltorch_cpu", "-ltorch"] + (["-ltorch_python"] if python_module else [])
+    # a library may carry pybind11 bindings too (functions= with is_python_module=False, as torch allows)
+    bindings = output != "executable" and any("PYBIND11_MODULE" in f.code for f in tree.files)
+    libs = ["-lc10", "-ltorch_cpu", "-ltorch"] + (["-ltorch_python"] if python_module or bindings else [])
     # torch/extension.h includes Python.h: every classic build is tied to this
     # interpreter's ABI (cpp_extension keys its folder on py311 for the same reason).
-    python_abi = facts.get("python.abi") or "unknown"
+    python_abi = (facts.get("python.abi") or "unknown") if output != "executable" else "none"
     tools = ["compiler.cxx", "torch.build"]
-    declared = [f"torch.build == {facts.get('torch.build')}", f"python.abi == {python_abi}"]
+    declared = [f"torch.build == {facts.get('torch.build')}"]
+    declared += [f"python.abi == {python_abi}"] if output != "executable" else []
     extra: dict[str, str] = {"python_module": str(python_module), "python.abi": python_abi}
     covered = [str(torch.root / "include"), python_include]
     nvcc = None
+    cuda_include: tuple[str, ...] = ()
     if cuda:
         if facts.get("torch.flavor") != "cuda":
-            raise AbicacheError(f"CUDA sources need a CUDA build of torch; this one is "
-                                f"{facts.get('torch.version')} ({facts.get('torch.flavor')})")
+            raise BuildError(f"CUDA sources (or with_cuda=True) need a CUDA build of torch; this one is "
+                             f"{facts.get('torch.version')} ({facts.get('torch.flavor')})")
         tools.append("cuda.nvcc")
         libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
         nvcc = _nvcc_units([*defines, *cuda_cflags, *cuda_arch_flags(facts)], torch, python_include, covered)
+        cuda_include = ("-isystem", covered[-1])  # as cpp_extension: C++ sources may include cuda_runtime.h
     suffix = ext_suffix() if python_module else ".so"
-    filename = f"{name}{suffix}" if python_module else f"lib{name}.so"
+    filename = {"module": f"{name}{suffix}", "library": f"lib{name}.so", "executable": name}[output]
     # cpp_extension's own flags: no -O level unless the caller passes one.
     key_cflags = ("-fPIC", "-std=c++20", *defines)
-    cflags = (*key_cflags, *torch.includes, "-isystem", python_include)
+    cflags = (*key_cflags, *torch.includes, "-isystem", python_include, *cuda_include)
     # Library folders are paths: they go on the command line, not into the key.
-    tail = (f"-L{torch.lib_dir}", *_cudart_link(libs), *ldflags)
+    kind, link = _OUTPUTS[output]
+    rpath = (f"-Wl,-rpath,{torch.lib_dir}",) if output == "executable" else ()  # it runs outside Python
+    tail = (f"-L{torch.lib_dir}", *rpath, *_cudart_link(libs), *ldflags)
     job = Job(f"torch extension {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
-              cflags, key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose)
-    kind = "torch.pybind" if python_module else "torch.classic"
+              cflags, key_cflags, link, tail, filename, tuple(covered), nvcc, verbose)
     # nvcc's flags (arch list, extra_cuda_cflags) shape the output as much as the C++ flags do.
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
-    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
+    inputs = Inputs.make(tree.key_sources(), flags=[*link, *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
                                                   *ldflags], tools=tools, extra=extra)
     custom = _with_pch(job, torch, python_abi) if use_pch else None
     return Plan(kind, name, inputs, None, tuple(declared), bases=tree.bases, job=job, custom=custom)
@@ -319,72 +342,139 @@ def _refuse_unstable_includes(cpp: dict[str, str]) -> None:
                              "use torch/csrc/stable/*.h, torch/headeronly/*.h and the C shims only")
 
 
-def build_inline(name: str, cpp_sources: Sequence[str] | str, *, cuda_sources: Sequence[str] | str | None = None,
-                 functions: Any = None, stable: bool = False, target: str | None = None,
-                 is_python_module: bool = True, extra_cflags: Sequence[str] = (),
-                 extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
-                 extra_include_paths: Sequence[str] = (), verbose: bool = False,
-                 cache: Cache | None = None, use_pch: bool = False) -> Artifact:
-    """The cached build of an inline extension, not loaded. cuda_sources compile
-    with nvcc (classic: against torch's CUDA build; stable: against the stable
-    headers). use_pch: compile against a precompiled torch/extension.h shared by
-    every extension of this torch (build/pch.py; classic builds only)."""
+class JitOptions(NamedTuple):
+    """cpp_extension's build arguments, read as torch reads them."""
+
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    include_paths: tuple[str, ...]
+
+    @classmethod
+    def of(cls, cflags: Any, cuda_cflags: Any, ldflags: Any, include_paths: Any, sycl: Any = None,
+           with_sycl: bool | None = None) -> JitOptions:
+        if sycl or with_sycl:
+            raise UsageError("SYCL sources are not supported by abicache.torch; build them with "
+                             "torch.utils.cpp_extension (or leave sycl_sources, extra_sycl_cflags and with_sycl unset)")
+        return cls(lenient(cflags), lenient(cuda_cflags), lenient(ldflags),
+                   tuple(str(p).strip() for p in _listed(include_paths)))
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
+
+
+def lenient(flags: Any) -> tuple[str, ...]:
+    """Flags as cpp_extension takes them: each stripped, and split as the shell
+    that runs ninja's command splits it ("-O2\\n", " -g ", "-O2 -g")."""
+    import shlex
+
+    return tuple(word for flag in _listed(flags) for word in shlex.split(str(flag)))
+
+
+def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
+                 sycl_sources: Sequence[str] | str | None = None, functions: Any = None,
+                 extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_sycl_cflags: Any = None,
+                 extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: Any = None,
+                 verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
+                 is_python_module: bool = True, with_pytorch_error_handling: bool = True,
+                 keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
+                 stable: bool = False, target: str | None = None, cache: Cache | None = None) -> Artifact:
+    """The cached build of an inline extension, not loaded; load_inline's arguments.
+    cuda_sources compile with nvcc (classic: against torch's CUDA build; stable:
+    against the stable headers). use_pch: compile against a precompiled
+    torch/extension.h shared by every extension of this torch (build/pch.py)."""
     cache = cache or default_cache()
+    opts = JitOptions.of(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                         [sycl_sources, extra_sycl_cflags] if (sycl_sources or extra_sycl_cflags) else None, with_sycl)
     python_module = is_python_module and not stable
-    sources = inline_sources(name, cpp_sources, functions, stable, python_module, cuda_sources)
-    return plan(name, sources, stable=stable, target=target, python_module=python_module,
-                extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                extra_include_paths=extra_include_paths, verbose=verbose, facts=cache.facts,
-                use_pch=use_pch, extra_cuda_cflags=extra_cuda_cflags).run(cache)
+    sources = inline_sources(name, cpp_sources, functions, stable, python_module, cuda_sources,
+                             error_handling=with_pytorch_error_handling, implicit_headers=not no_implicit_headers)
+    art = plan(name, sources, stable=stable, target=target, python_module=python_module,
+               extra_cflags=opts.cflags, extra_ldflags=opts.ldflags, extra_include_paths=opts.include_paths,
+               verbose=verbose, facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=opts.cuda_cflags,
+               with_cuda=with_cuda).run(cache)
+    _keep(build_directory, art, sources if keep_intermediates else {})
+    return art
 
 
-def load_inline(name: str, cpp_sources: Sequence[str] | str, *, cuda_sources: Sequence[str] | str | None = None,
-                functions: Any = None, stable: bool = False, target: str | None = None,
-                is_python_module: bool = True, extra_cflags: Sequence[str] = (),
-                extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
-                extra_include_paths: Sequence[str] = (), verbose: bool = False,
-                cache: Cache | None = None, use_pch: bool = False) -> Any:
-    """Like torch.utils.cpp_extension.load_inline: a module for pybind builds,
-    else the loaded library's path (ops are then in torch.ops)."""
-    memo = ("torch", name, _fingerprint(cpp_sources), _fingerprint(cuda_sources or ()), repr(functions), stable,
-            target, is_python_module, tuple(extra_cflags), tuple(extra_cuda_cflags), tuple(extra_ldflags),
-            tuple(extra_include_paths), _where(cache))
-    return _load_once(
-        memo,
-        lambda: build_inline(name, cpp_sources, cuda_sources=cuda_sources, functions=functions, stable=stable,
-                             target=target, is_python_module=is_python_module, extra_cflags=extra_cflags,
-                             extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                             extra_include_paths=extra_include_paths, verbose=verbose, cache=cache,
-                             use_pch=use_pch),
-        lambda art: _load(art, python_module=is_python_module and not stable),
-    )
+def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
+                sycl_sources: Sequence[str] | str | None = None, functions: Any = None,
+                extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_sycl_cflags: Any = None,
+                extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: Any = None,
+                verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
+                is_python_module: bool = True, with_pytorch_error_handling: bool = True,
+                keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
+                stable: bool = False, target: str | None = None, cache: Cache | None = None) -> Any:
+    """torch.utils.cpp_extension.load_inline, its arguments in its order, through
+    the cache: a module for python modules, else the library's path (its ops are
+    then in torch.ops). Same name, new code in one process: the new module."""
+    args = dict(cuda_sources=cuda_sources, sycl_sources=sycl_sources, functions=functions,
+                extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_sycl_cflags=extra_sycl_cflags,
+                extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, build_directory=build_directory,
+                verbose=verbose, with_cuda=with_cuda, with_sycl=with_sycl, is_python_module=is_python_module,
+                with_pytorch_error_handling=with_pytorch_error_handling, keep_intermediates=keep_intermediates,
+                use_pch=use_pch, no_implicit_headers=no_implicit_headers, stable=stable, target=target, cache=cache)
+    memo = ("torch", name, _fingerprint(cpp_sources), _fingerprint(cuda_sources or ()), repr(functions),
+            repr(sorted((k, v) for k, v in args.items() if k not in ("cuda_sources", "functions", "cache",
+                                                                       "verbose"))), _where(cache))
+    return _load_once(memo, lambda: build_inline(name, cpp_sources, **args),
+                      lambda art: _load(art, python_module=is_python_module and not stable))
 
 
-def load(name: str, sources: Sequence[str | os.PathLike[str]], *, stable: bool = False,
-         target: str | None = None, is_python_module: bool = True, extra_cflags: Sequence[str] = (),
-         extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-         verbose: bool = False, cache: Cache | None = None, use_pch: bool = False,
-         extra_cuda_cflags: Sequence[str] = ()) -> Any:
-    """Like torch.utils.cpp_extension.load: build from source files, each
-    compiled where it lives (so its sibling headers and relative include
-    paths work as with the compiler run by hand here). The headers they read
-    are recorded: editing one rebuilds, in this process too."""
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]  # torch takes one path as well as a list
-    paths = [Path(item) for item in sources]
+def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+         extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_sycl_cflags: Any = None,
+         extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: Any = None,
+         verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
+         is_python_module: bool = True, is_standalone: bool = False, keep_intermediates: bool = True, *,
+         stable: bool = False, target: str | None = None, cache: Cache | None = None,
+         use_pch: bool = False) -> Any:
+    """torch.utils.cpp_extension.load, its arguments in its order, through the
+    cache: each source compiled where it lives (so its sibling headers and
+    relative include paths work as with the compiler run by hand here). The
+    headers they read are recorded: editing one rebuilds, in this process too.
+    is_standalone: an executable; its path is returned."""
+    if is_python_module and is_standalone:
+        raise UsageError("`is_python_module` and `is_standalone` are mutually exclusive.")
+    paths = [Path(item) for item in _listed(sources)]  # torch takes one path as well as a list
     cache = cache or default_cache()
-    python_module = is_python_module and not stable
-    memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module,
-            tuple(extra_cflags), tuple(extra_cuda_cflags), tuple(extra_ldflags), tuple(extra_include_paths),
+    opts = JitOptions.of(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                         extra_sycl_cflags or any(str(p).endswith(".sycl") for p in paths) or None, with_sycl)
+    python_module = is_python_module and not stable and not is_standalone
+    memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module, is_standalone, with_cuda, opts,
             os.getcwd(), _where(cache))
-    return _load_once(
-        memo,
-        lambda: plan(name, paths, stable=stable, target=target, python_module=python_module,
-                     extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-                     extra_include_paths=extra_include_paths, verbose=verbose,
-                     facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=extra_cuda_cflags).run(cache),
-        lambda art: _load(art, python_module=python_module),
-    )
+
+    def build() -> Artifact:
+        art = plan(name, paths, stable=stable, target=target, python_module=python_module,
+                   extra_cflags=opts.cflags, extra_ldflags=opts.ldflags, extra_include_paths=opts.include_paths,
+                   verbose=verbose, facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=opts.cuda_cflags,
+                   with_cuda=with_cuda, standalone=is_standalone).run(cache)
+        _keep(build_directory, art, {})
+        return art
+
+    if is_standalone:
+        return _load_once(memo, build, lambda art: str(art.file()))
+    return _load_once(memo, build, lambda art: _load(art, python_module=python_module))
+
+
+def _keep(build_directory: Any, art: Artifact, sources: Mapping[str, str]) -> None:
+    """build_directory: a copy of the output (and of the inline sources, with
+    keep_intermediates) where the caller asked, as cpp_extension leaves them.
+    What runs is always the checked file in the store."""
+    if build_directory is None:
+        return
+    import shutil
+
+    folder = Path(build_directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, code in sources.items():
+        (folder / name).write_text(code)
+    for name in art.files:
+        target = folder / Path(name).name
+        target.unlink(missing_ok=True)
+        shutil.copy2(art.path / name, target)
 
 
 def _load(art: Artifact, *, python_module: bool) -> Any:
@@ -393,8 +483,55 @@ def _load(art: Artifact, *, python_module: bool) -> Any:
     path = art.file()
     if python_module:
         return import_extension(art.name, path)
+    if art.kind == "torch.stable":
+        _one_build_per_op_library(art)
     torch.ops.load_library(str(path))
-    return path
+    return str(path)
 
 
-__all__ = ["build_inline", "load", "load_inline", "plan", "target_macro"]
+#: STABLE_TORCH_LIBRARY namespace -> the file loaded for it in this process
+_stable_namespaces: dict[str, str] = {}
+_STABLE_LIBRARY = re.compile(rb"STABLE_TORCH_LIBRARY_static_init_(\w+)\x00")  # in .symtab
+
+
+def _one_build_per_op_library(art: Artifact) -> None:
+    """torch crashes (SIGSEGV in torch.ops.load_library) when a second build of
+    one STABLE_TORCH_LIBRARY namespace is loaded into a process that has the
+    first: refuse it with the reason instead."""
+    path = str(art.file())
+    # the namespaces it defines; a stripped library is known by its extension name
+    found = {n.decode() for n in _STABLE_LIBRARY.findall(art.file().read_bytes())} or {f"({art.name})"}
+    for ns in found:
+        loaded = _stable_namespaces.get(ns)
+        if loaded is not None and loaded != path:
+            raise UsageError(f"the stable op library {ns!r} is already loaded in this process from {loaded}; "
+                             f"torch cannot load a second build of it ({path}) without crashing. Start a new "
+                             "process to use the new build, or give the new code another library name")
+    for ns in found:
+        _stable_namespaces[ns] = path
+
+
+_replaced: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Route torch.utils.cpp_extension.load and load_inline through abicache in
+    this process, for code that calls them as `cpp_extension.load_inline(...)`
+    (a name imported before install() keeps the original). uninstall() undoes it."""
+    import torch.utils.cpp_extension as ce
+
+    if not _replaced:
+        _replaced.update(load=ce.load, load_inline=ce.load_inline)
+    ce.load, ce.load_inline = load, load_inline
+
+
+def uninstall() -> None:
+    """Give torch.utils.cpp_extension its own load and load_inline back."""
+    if _replaced:
+        import torch.utils.cpp_extension as ce
+
+        ce.load, ce.load_inline = _replaced["load"], _replaced["load_inline"]
+        _replaced.clear()
+
+
+__all__ = ["build_inline", "install", "lenient", "load", "load_inline", "plan", "target_macro", "uninstall"]

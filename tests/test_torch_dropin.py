@@ -1,0 +1,189 @@
+"""abicache.torch as a drop-in for torch.utils.cpp_extension: every argument of
+load_inline and load in torch's order, the same meanings and return values,
+the same exception types, and what torch does on a same-name reload.
+(pytorch's own test_cpp_extensions_jit.py, run through install(): see the note.)"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache
+from abicache.errors import BuildError, UsageError
+from conftest import SRC
+from corpus import TORCH_STABLE, torch_root
+
+pytestmark = pytest.mark.usefixtures("_torch")
+
+
+@pytest.fixture(scope="module")
+def _torch() -> None:
+    torch_root()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Cache:
+    return Cache(tmp_path_factory.mktemp("dropin-store"))
+
+
+@pytest.mark.parametrize("name", ["load_inline", "load"])
+def test_every_torch_parameter_in_torch_order(name: str) -> None:
+    from torch.utils import cpp_extension
+
+    import abicache.torch as at
+
+    theirs = list(inspect.signature(getattr(cpp_extension, name)).parameters.values())
+    ours = list(inspect.signature(getattr(at, name)).parameters.values())
+    assert [p.name for p in ours[:len(theirs)]] == [p.name for p in theirs]
+    assert [p.default for p in ours[:len(theirs)]] == [p.default for p in theirs]
+    assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):])  # abicache's own: stable=, cache=, ...
+
+
+def test_same_name_new_code_returns_the_new_module(store: Cache) -> None:
+    """torch renames the module (name_v1); importing the new file under the old name
+    handed back the first module."""
+    import abicache.torch as at
+
+    first = at.load_inline("dropin_reload", "int f() { return 123; }", functions="f", cache=store)
+    second = at.load_inline("dropin_reload", "int f() { return 456; }", functions="f", cache=store)
+    again = at.load_inline("dropin_reload", "int f() { return 123; }", functions="f", cache=store)
+    assert (first.f(), second.f(), again.f()) == (123, 456, 123)
+    assert again is first and second is not first
+
+
+def test_positional_call_lenient_flags_and_build_directory(store: Cache, tmp_path: Path) -> None:
+    import abicache.torch as at
+
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "answer.h").write_text("#define ANSWER (DROPIN_A + DROPIN_B)\n")
+    build = tmp_path / "build"
+    # torch's order: name, cpp_sources, cuda_sources, sycl_sources, functions, extra_cflags,
+    # extra_cuda_cflags, extra_sycl_cflags, extra_ldflags, extra_include_paths, build_directory
+    module = at.load_inline("dropin_positional", '#include "answer.h"\nint64_t answer() { return ANSWER; }', None,
+                            None, ["answer"], ["-DDROPIN_A=40 -DDROPIN_B=2\n\n", " -O1 "], None, None, None, [f"  {inc}\n"],
+                            str(build), cache=store)
+    assert module.answer() == 42
+    built = list(build.glob("dropin_positional*.so"))
+    assert len(built) == 1 and (build / "main.cpp").read_text().startswith("#include <torch/extension.h>")
+    assert module.__file__ != str(built[0])  # what runs is the checked file in the store
+
+
+def test_functions_with_a_library_return_its_path(store: Cache) -> None:
+    """test_returns_shared_library_path_when_is_python_module_is_true: torch binds the
+    functions and loads the library as ops; abicache refused functions= there."""
+    import torch
+
+    import abicache.torch as at
+
+    source = """
+    #include <torch/script.h>
+    torch::Tensor dropin_func(torch::Tensor x) { return x * 2; }
+    static torch::RegisterOperators r("dropin::func", &dropin_func);
+    """
+    path = at.load_inline("dropin_library", source, functions="dropin_func", is_python_module=False, cache=store)
+    assert isinstance(path, str) and path.endswith(".so") and Path(path).is_file()
+    assert torch.equal(torch.ops.dropin.func(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_errors_are_the_exception_types_torch_raises(store: Cache) -> None:
+    import abicache.torch as at
+
+    with pytest.raises(RuntimeError) as broken:  # callers' `except RuntimeError:` fallbacks
+        at.load_inline("dropin_broken", "int main() { return 0 }", cache=store)
+    assert isinstance(broken.value, BuildError) and "int main() { return 0 }" in str(broken.value)  # the compiler's output
+    with pytest.raises(ValueError, match="Expected 'functions' to be a list or dict"):
+        at.load_inline("dropin_bad_functions", "", functions=5, cache=store)
+    with pytest.raises(ValueError, match="SYCL sources are not supported by abicache.torch"):
+        at.load_inline("dropin_sycl", "", sycl_sources="void k() {}", cache=store)
+    with pytest.raises(ValueError, match="with_cuda=False, but dropin_nocuda has CUDA sources"):
+        at.load_inline("dropin_nocuda", "", cuda_sources="__global__ void k() {}", with_cuda=False, cache=store)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        at.load("dropin_both", ["x.cpp"], is_python_module=True, is_standalone=True, cache=store)
+    assert issubclass(UsageError, ValueError) and issubclass(BuildError, RuntimeError)
+
+
+def test_error_handling_and_implicit_headers_shape_the_source() -> None:
+    import abicache.torch as at
+
+    wrapped = at.inline_sources("m", "int f();", ["f"], False, True)["main.cpp"]
+    bare = at.inline_sources("m", "int f();", ["f"], False, True, error_handling=False)["main.cpp"]
+    raw = at.inline_sources("m", "int f();", None, False, True, "__global__ void k() {}",
+                            implicit_headers=False)
+    assert 'm.def("f", torch::wrap_pybind_function(f), "f");' in wrapped
+    assert 'm.def("f", f, "f");' in bare
+    assert raw == {"main.cpp": "int f();", "cuda.cu": "__global__ void k() {}"}
+
+
+def test_single_source_path_and_standalone_executable(store: Cache, tmp_path: Path) -> None:
+    import abicache.torch as at
+
+    main = tmp_path / "prog.cpp"
+    main.write_text("#include <torch/torch.h>\n#include <iostream>\n"
+                    "int main() { std::cout << torch::ones({2, 2}).sum().item<float>() << std::endl; }\n")
+    exe = at.load("dropin_exe", str(main), is_python_module=False, is_standalone=True, cache=store)
+    assert os.access(exe, os.X_OK)
+    assert subprocess.run([exe], capture_output=True, text=True, check=True).stdout.strip() == "4"
+
+
+DOUBLE_STABLE = textwrap.dedent("""
+    import sys
+    import abicache.torch as at
+    from abicache import Cache
+    cache = Cache(sys.argv[1])
+    at.load_inline("dropin_stable", [sys.argv[2]], stable=True, cache=cache)
+    at.load_inline("dropin_stable", [sys.argv[2]], stable=True, cache=cache)  # the same build: fine
+    try:
+        at.load_inline("dropin_stable", [sys.argv[2]], stable=True, target="2.10", cache=cache)
+    except ValueError as exc:
+        print("refused:", exc)
+""")
+
+
+def test_a_second_build_of_one_stable_op_library_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """torch.ops.load_library segfaults on it (the torch guide's own example did this)."""
+    done = subprocess.run([sys.executable, "-c", DOUBLE_STABLE, str(tmp_path / "store"), TORCH_STABLE],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: the stable op library 'abicache_stable' is already loaded in this process" in done.stdout
+    assert "Start a new process" in done.stdout
+
+
+def test_install_routes_cpp_extension_and_uninstall_restores(store: Cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.utils.cpp_extension as ce
+
+    import abicache.torch as at
+
+    original = ce.load_inline
+    at.install()
+    try:
+        assert ce.load_inline is at.load_inline and ce.load is at.load
+        monkeypatch.setenv("ABICACHE_DIR", str(store.store.root))
+        module = ce.load_inline("dropin_installed", "int64_t seven() { return 7; }", functions="seven")
+        assert module.seven() == 7 and str(store.store.root) in module.__file__
+    finally:
+        at.uninstall()
+    assert ce.load_inline is original
+
+
+def test_a_header_edit_reloads_a_python_module_in_the_same_process(store: Cache, tmp_path: Path) -> None:
+    """A notebook edits a header and calls load() again: the new module, not the imported one."""
+    import time
+
+    import abicache.torch as at
+
+    (tmp_path / "value.h").write_text("#define VALUE 41\n")
+    (tmp_path / "ext.cpp").write_text('#include <torch/extension.h>\n#include "value.h"\n'
+                                      "int64_t value() { return VALUE; }\n"
+                                      'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }\n')
+    first = at.load("dropin_header", [tmp_path / "ext.cpp"], cache=store)
+    time.sleep(0.05)
+    (tmp_path / "value.h").write_text("#define VALUE 99\n")
+    second = at.load("dropin_header", [tmp_path / "ext.cpp"], cache=store)
+    assert (first.value(), second.value()) == (41, 99)
