@@ -190,3 +190,32 @@ def test_dump_and_override_modes_compile(py311: str, tmp_path: Path, knob: str) 
     assert result["cubin_sha"] and len(entries(tmp_path / "store")) == 1
     if knob == "TRITON_KERNEL_DUMP":  # Triton's own manager wrote the dump, where the user asked
         assert list(dump.rglob("*.ptx"))
+
+
+def test_triton_cache_dir_holds_the_store_when_abicache_dir_is_unset(py311: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ABICACHE_DIR"}
+    env.update({"PYTHONPATH": str(SRC), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+                "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    out = subprocess.run([py311, str(KERNEL)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(entries(tmp_path / "triton" / "abicache")) == 1
+    assert not (tmp_path / "xdg").exists() or not list((tmp_path / "xdg").rglob("manifest.json"))
+
+
+PUT_KINDS = """
+import sys
+import abicache.triton
+abicache.triton.install()
+from triton.runtime.cache import get_cache_manager
+m = get_cache_manager("cd" * 32)
+for i, data in enumerate([b"raw", bytearray(b"ba"), "text", 7]):
+    print(open(m.put(data, f"f{i}.txt"), "rb").read())
+"""
+
+
+def test_put_writes_what_tritons_manager_writes(py311: str, tmp_path: Path) -> None:
+    """bytes as they are; anything else, a bytearray too, as its str()."""
+    out = subprocess.run([py311, "-c", PUT_KINDS], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:4] == [repr(b"raw"), repr(b"bytearray(b'ba')"), repr(b"text"), repr(b"7")]

@@ -200,7 +200,16 @@ TRITON_SCRIPT = r'''
 import json, os, sys, time
 mode = sys.argv[1]
 import torch, triton, triton.language as tl
-hits = []
+hits, builds = [], []
+try:  # the launcher and driver modules Triton compiles with gcc, cached with a lone put()
+    import triton.runtime.build as tb
+    compile_c = tb._build
+    def counted_build(*args, **kwargs):
+        builds.append(str(args[0]) if args else "?")
+        return compile_c(*args, **kwargs)
+    tb._build = counted_build
+except (ImportError, AttributeError):
+    builds = None
 if mode == "abicache":
     import abicache.triton
     abicache.triton.install()
@@ -228,7 +237,7 @@ add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 torch.cuda.synchronize()
 first = time.perf_counter() - t
 err = (out - (x * 2 + y)).abs().max().item()
-print(json.dumps({"first_launch_s": first, "err": err, "hits": hits, "triton": triton.__version__}))
+print(json.dumps({"first_launch_s": first, "err": err, "hits": hits, "builds": builds, "triton": triton.__version__}))
 '''
 
 
@@ -257,6 +266,11 @@ def check_triton(ctx: Context) -> list[dict]:
                         "pass" if served else "FAIL",
                         f"every lookup hit: {[w['hits'] for w in warm]}; max error {max(w['err'] for w in warm):.2e}; "
                         f"files in TRITON_CACHE_DIR: {len(triton_files)}"))
+        if cold["builds"] is not None:  # Triton's C modules: put() alone, found by the next process
+            again = [w["builds"] for w in warm]
+            rows.append(row("3 triton", "launcher and driver modules compiled once, then from the store",
+                            "pass" if cold["builds"] and not any(again) else "FAIL",
+                            f"gcc builds: first process {cold['builds']}, then {again}"))
     a, d = medians["abicache"], medians["default"]
     rows.append(row("3 triton", "first launch in a fresh process (median)", "pass",
                     f"Triton's default cache {d * 1e3:.1f} ms, abicache {a * 1e3:.1f} ms: {d / a:.2f}x",

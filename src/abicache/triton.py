@@ -129,8 +129,22 @@ _cache: Cache | None = None
 
 
 def _store() -> Cache:
-    # The target arch is part of Triton's key: trust it instead of this machine's GPU.
-    return (_cache or default_cache()).pinned_by_key({"gpu.arch", "cuda.driver"})
+    """The cache install() was given; else $ABICACHE_DIR's; else, where the user
+    pointed Triton's cache ($TRITON_CACHE_DIR), an abicache store there; else the
+    default store. The target arch is part of Triton's key: trust it instead of
+    this machine's GPU."""
+    cache = _cache
+    if cache is None:
+        triton_dir = os.environ.get("TRITON_CACHE_DIR")
+        if triton_dir and not os.environ.get("ABICACHE_DIR"):
+            root = Path(triton_dir) / "abicache"
+            cache = _in_triton_dir.get(root) or _in_triton_dir.setdefault(root, Cache(root))
+        else:
+            cache = default_cache()
+    return cache.pinned_by_key({"gpu.arch", "cuda.driver"})
+
+
+_in_triton_dir: dict[Path, Cache] = {}
 
 
 class CacheManager:
@@ -168,8 +182,9 @@ class CacheManager:
         return str(group.path / filename) if group and filename in group.files else None
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
-        # As Triton's own manager: bytes as they are, anything else (text, MLIR modules) as str().
-        raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else str(data).encode("utf-8")
+        # As Triton's own manager: bytes as they are, anything else (text, MLIR modules, even a
+        # bytearray) as its str().
+        raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
 
         def build(out: Path) -> None:
             (out / filename).write_bytes(raw)
