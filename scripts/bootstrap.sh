@@ -11,6 +11,8 @@ command -v cc >/dev/null 2>&1 || apt_packages+=(gcc)
 command -v c++ >/dev/null 2>&1 || apt_packages+=(g++)
 # redis-server: the remote tier's tests run against a real one on 127.0.0.1
 command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
+# llvm-readobj: LLVM's reader of AMDGPU code objects, the reference the AMD audit is checked against
+command -v llvm-readobj >/dev/null 2>&1 || apt_packages+=(llvm)
 if ((${#apt_packages[@]})); then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "bootstrap: installing ${apt_packages[*]} with apt-get"
@@ -19,7 +21,7 @@ if ((${#apt_packages[@]})); then
     echo "bootstrap: please install ${apt_packages[*]} (a C and C++ compiler is required)" >&2
     exit 1
   else
-    echo "bootstrap: redis-server is missing and apt-get is unavailable: the Redis tests will skip" >&2
+    echo "bootstrap: ${apt_packages[*]} missing and apt-get unavailable: the tests that need them will skip" >&2
   fi
 fi
 

@@ -1,6 +1,7 @@
 """Compile one Triton kernel through abicache; run as a script in any interpreter.
 
-Environment: BLOCK (constexpr), ARCH (target), WARPS (num_warps), BODY=alt (another source),
+Environment: BLOCK (constexpr), ARCH (target: 90 for sm_90, gfx942 for an AMD GPU), WARPS (num_warps),
+BODY=alt (another source),
 DEFAULT_CACHE=1 (Triton's own cache, for the benchmark).
 """
 import json, os, sys, time
@@ -35,9 +36,12 @@ fn = add_kernel_alt if os.environ.get("BODY") == "alt" else add_kernel
 src = ASTSource(fn=fn, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, constexprs={"BLOCK": block})
 t1 = time.perf_counter()
 options = {"num_warps": int(os.environ["WARPS"])} if os.environ.get("WARPS") else None
-k = triton.compile(src, target=GPUTarget("cuda", int(os.environ.get("ARCH", "90")), 32), options=options)
+arch = os.environ.get("ARCH", "90")
+target = GPUTarget("hip", arch, 64) if arch.startswith("gfx") else GPUTarget("cuda", int(arch), 32)
+k = triton.compile(src, target=target, options=options)
 t2 = time.perf_counter()
 import hashlib
-print(json.dumps({"py": sys.version[:4], "cubin_sha": hashlib.sha256(k.asm["cubin"]).hexdigest(),
+binary = k.asm["hsaco"] if arch.startswith("gfx") else k.asm["cubin"]
+print(json.dumps({"py": sys.version[:4], "cubin_sha": hashlib.sha256(binary).hexdigest(),
                   "compile_s": t2 - t1, "total_s": t2 - t0, "hit_path_s": t2 - t_import,
                   "libtriton_opened": opened}))

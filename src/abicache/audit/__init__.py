@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..errors import BuildError
 from ..requirements import FactSource, Requirement, Requirements
-from . import cuda, elf, native, python_abi, torch_abi
+from . import amdgpu, cuda, elf, native, python_abi, torch_abi
 from .errors import AuditError
 from .findings import FileAudit, Finding, finding
 
@@ -44,6 +44,8 @@ def audit_file(path: str | Path, *, claims: Requirements = Requirements(),
         info = elf.parse(path, data)
         if info.is_cubin:
             return _cubin(str(path), info, data, claims)
+        if amdgpu.is_code_object(info):
+            return _code_object(str(path), info, claims)
         return _host(str(path), info, data, claims, facts, memo_dir, built_here)
     if head[:4] == cuda.FATBIN_MAGIC.to_bytes(4, "little"):
         return _device(str(path), "fatbin", cuda.fatbin_targets(bytes(data), str(path)), claims)
@@ -56,6 +58,14 @@ def audit_file(path: str | Path, *, claims: Requirements = Requirements(),
 def _cubin(path: str, info: elf.ElfInfo, data: Any, claims: Requirements) -> FileAudit:
     return _device(path, "cubin", [cuda.cubin_target(info, data)], claims,
                    {"e_flags": hex(info.flags), "osabi": info.osabi, "abiversion": info.abiversion})
+
+
+def _code_object(path: str, info: elf.ElfInfo, claims: Requirements) -> FileAudit:
+    """Device code for an AMD GPU: the gfx target and modes, never a host machine."""
+    co = amdgpu.code_object(info)
+    findings = [finding(f"gpu.arch ~= {co.target}", f"{co.describe()} (e_flags {info.flags:#x})")]
+    summary = {"e_flags": hex(info.flags), "code_object_version": co.version, "target": co.target}
+    return FileAudit(path, "amdgpu code object", tuple(findings), tuple(_gpu_problems(findings, claims)), summary)
 
 
 def _device(path: str, kind: str, targets: list[cuda.Target], claims: Requirements,

@@ -26,6 +26,8 @@ _MACHINES = {
     "EM_ARM": "armv7l",
     "EM_CUDA": "cuda",
     EM_CUDA: "cuda",
+    "EM_AMDGPU": "amdgpu",  # device code objects (audit/amdgpu.py)
+    224: "amdgpu",
 }
 
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-from ..archs import parse_target
+from ..archs import Target, parse_target
 from ..build import depfile, roots, tree as trees
 from ..cache import Artifact, BuildResult, Cache, default_cache
 from ..errors import AbicacheError, BuildError
@@ -39,9 +39,12 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
     archs = [arch] if isinstance(arch, str) else list(arch)
     for a in archs:
         try:
-            parse_target(a)  # a clear error for a bad arch, before anything runs
+            target = parse_target(a)  # a clear error for a bad arch, before anything runs
         except ValueError as exc:
             raise AbicacheError(f"arch: {exc}") from None
+        if not isinstance(target, Target):
+            raise AbicacheError(f"arch={a!r} is an AMD GPU target; cuda.compile builds for NVIDIA GPUs "
+                                "(sm_XY, compute_XY)")
     if output != "fatbin" and len(archs) != 1:
         raise AbicacheError(f"output={output!r} takes one arch; use output='fatbin' for several")
     name = name or _kernel_name(source)

@@ -6,7 +6,8 @@ cuda.runtime: the highest libcudart major found, searching in order
   3. $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (lib64, lib),
   4. the system library directories.
 cuda.driver / gpu.arch: asked of libcuda.so.1 through ctypes (cuDriverGetVersion,
-  cuDeviceGetAttribute); None where there is no driver or no GPU.
+  cuDeviceGetAttribute); None where there is no driver or no GPU. gpu.arch also
+  lists the AMD GPUs present (amd_probe.py: KFD's topology in sysfs).
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
 
 def probe() -> dict[str, str | None]:
+    from . import amd_probe
+
     driver, archs = _driver()
-    return {"cuda.runtime": runtime_major(), "cuda.driver": driver, "gpu.arch": archs}
+    # gpu.arch: every GPU present, NVIDIA's (from the driver) and AMD's (from KFD's sysfs)
+    present = ([archs] if archs else []) + amd_probe.gpu_archs()
+    return {"cuda.runtime": runtime_major(), "cuda.driver": driver, "gpu.arch": ",".join(present) or None}
 
 
 def runtime_dirs() -> list[Path]:

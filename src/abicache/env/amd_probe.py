@@ -1,0 +1,42 @@
+"""AMD GPUs present, read from the kernel driver's topology in sysfs (no ROCm needed).
+
+Each GPU node of /sys/class/kfd/kfd/topology/nodes/<n>/properties has a line
+`gfx_target_version MMmmss` (decimal: major, minor, stepping; CPU nodes have 0):
+90402 is gfx942, 90010 is gfx90a (stepping 10 is "a"), 110000 is gfx1100.
+$ABICACHE_KFD_TOPOLOGY names another nodes folder (tests, containers with
+sysfs mounted elsewhere). XNACK and SRAMECC modes are not reported here: the
+device's modes stay unknown, and a target that names one is left to the loader.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT = "/sys/class/kfd/kfd/topology/nodes"
+
+
+def gfx_name(version: int) -> str:
+    """90402 -> 'gfx942'; each of minor and stepping is one hex digit."""
+    major, minor, step = version // 10000, (version // 100) % 100, version % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def gpu_archs() -> list[str]:
+    """The gfx targets of the AMD GPUs present, sorted; empty without any (or without KFD)."""
+    nodes = Path(os.environ.get("ABICACHE_KFD_TOPOLOGY") or DEFAULT)
+    try:
+        entries = list(nodes.iterdir())
+    except OSError:
+        return []
+    found = set()
+    for node in entries:
+        try:
+            text = (node / "properties").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "gfx_target_version" and value.strip().isdigit() and int(value) > 0:
+                found.add(gfx_name(int(value)))
+    return sorted(found)
