@@ -297,6 +297,10 @@ def test_cuda_arch_flags_follow_torch_cuda_arch_list_then_the_gpus(monkeypatch: 
     assert at.cuda_arch_flags(Facts()) == ["-gencode=arch=compute_80,code=sm_80",
                                            "-gencode=arch=compute_90a,code=sm_90a",
                                            "-gencode=arch=compute_90a,code=compute_90a"]
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "Hopper Maxwell+Tegra")  # cpp_extension's names, space-separated
+    assert at.cuda_arch_flags(Facts()) == ["-gencode=arch=compute_90,code=sm_90",
+                                           "-gencode=arch=compute_90,code=compute_90",
+                                           "-gencode=arch=compute_53,code=sm_53"]
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.x")
     with pytest.raises(UsageError, match="TORCH_CUDA_ARCH_LIST: '9.x'"):
         at.cuda_arch_flags(Facts())

@@ -227,13 +227,21 @@ def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, co
     return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
 
 
+#: TORCH_CUDA_ARCH_LIST's names for architectures, as cpp_extension reads them
+_NAMED_ARCHS = {
+    "Kepler+Tesla": "3.7", "Kepler": "3.5+PTX", "Maxwell+Tegra": "5.3", "Maxwell": "5.0;5.2+PTX",
+    "Pascal": "6.0;6.1+PTX", "Volta+Tegra": "7.2", "Volta": "7.0+PTX", "Turing": "7.5+PTX",
+    "Ampere+Tegra": "8.7", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX", "Hopper": "9.0+PTX",
+}
+
+
 def cuda_arch_flags(facts: Facts) -> list[str]:
     """nvcc's targets as cpp_extension picks them: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"),
     else the GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
     with neither, nvcc's own default. The flags are in the key, and the audit turns the
     result into `gpu.arch ~= ...`."""
     listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
-    archs = [a for a in listed.split(";") if a]
+    archs = [n for a in listed.split(";") if a for n in _NAMED_ARCHS.get(a, a).split(";")]
     if not archs:
         present = sorted({d.split("_")[1] for d in (facts.get("gpu.arch") or "").split(",") if "_" in d})
         archs = [f"{d[:-1]}.{d[-1]}" for d in present]
