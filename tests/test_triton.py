@@ -219,3 +219,33 @@ def test_put_writes_what_tritons_manager_writes(py311: str, tmp_path: Path) -> N
                          env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s")})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:4] == [repr(b"raw"), repr(b"bytearray(b'ba')"), repr(b"text"), repr(b"7")]
+
+
+@pytest.fixture(scope="module", params=["3.2.0", "3.6.0"])
+def older_triton(request: pytest.FixtureRequest) -> str:
+    """A venv of this interpreter with another Triton (torch 2.6 pins 3.2; the GPU image has 3.6)."""
+    version = request.param
+    venv = VENVS / f"py{sys.version_info[0]}{sys.version_info[1]}-triton{version.replace('.', '')[:2]}"
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import triton, sys; sys.exit(triton.__version__ != sys.argv[1])", version]
+    if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
+        shutil.rmtree(venv, ignore_errors=True)
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e", str(ROOT)],
+                                   capture_output=True, text=True, timeout=1200) if made.returncode == 0 else made
+        if installed.returncode != 0:
+            pytest.skip(f"cannot make a venv with triton {version}: {installed.stderr[-400:]}")
+    return str(python)
+
+
+def test_each_triton_version_hits_misses_and_dumps(older_triton: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    first = compile_with(older_triton, root)
+    again = compile_with(older_triton, root)
+    assert first["triton"] != "3.9.0" and first["cubin_sha"] == again["cubin_sha"]
+    assert len(entries(root)) == 1 and not list((tmp_path / "triton-default").rglob("*.cubin"))  # a hit, ours
+    other = compile_with(older_triton, root, BLOCK="64")
+    assert other["cubin_sha"] != first["cubin_sha"] and len(entries(root)) == 2
+    dumped = compile_with(older_triton, tmp_path / "dump-store", TRITON_KERNEL_DUMP="1",
+                          TRITON_DUMP_DIR=str(tmp_path / "dump"))
+    assert dumped["cubin_sha"] == first["cubin_sha"] and list((tmp_path / "dump").rglob("*.ptx"))

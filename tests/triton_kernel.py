@@ -33,7 +33,11 @@ def add_kernel_alt(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 block = int(os.environ.get("BLOCK", "128"))
 fn = add_kernel_alt if os.environ.get("BODY") == "alt" else add_kernel
-src = ASTSource(fn=fn, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, constexprs={"BLOCK": block})
+import inspect
+if "constexprs" in inspect.signature(ASTSource).parameters:  # Triton 3.3 and newer
+    src = ASTSource(fn=fn, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, constexprs={"BLOCK": block})
+else:  # Triton 3.2: constants by name, no constexpr entry in the signature
+    src = ASTSource(fn=fn, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}, constants={"BLOCK": block})
 t1 = time.perf_counter()
 options = {"num_warps": int(os.environ["WARPS"])} if os.environ.get("WARPS") else None
 arch = os.environ.get("ARCH", "90")
@@ -42,6 +46,6 @@ k = triton.compile(src, target=target, options=options)
 t2 = time.perf_counter()
 import hashlib
 binary = k.asm["hsaco"] if arch.startswith("gfx") else k.asm["cubin"]
-print(json.dumps({"py": sys.version[:4], "cubin_sha": hashlib.sha256(binary).hexdigest(),
+print(json.dumps({"py": sys.version[:4], "triton": triton.__version__, "cubin_sha": hashlib.sha256(binary).hexdigest(),
                   "compile_s": t2 - t1, "total_s": t2 - t0, "hit_path_s": t2 - t_import,
                   "libtriton_opened": opened}))

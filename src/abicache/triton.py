@@ -105,10 +105,9 @@ def install(cache: Cache | None = None) -> None:
 
     try:
         cache_mod = importlib.import_module("triton.runtime.cache")
-        knobs = importlib.import_module("triton").knobs
-    except (ImportError, AttributeError) as exc:
+    except ImportError as exc:
         raise AbicacheError(f"this Triton has no cache plug-in interface abicache knows ({exc}); "
-                            "abicache.triton supports Triton 3.3 and newer") from None
+                            "abicache.triton supports Triton 3.2 and newer") from None
     base = getattr(cache_mod, "CacheManager", None)
     if base is None or not all(hasattr(base, name) for name in _KNOWN_CACHE_API):
         raise AbicacheError("this Triton's CacheManager lacks get_file/put/get_group/put_group; "
@@ -122,7 +121,24 @@ def install(cache: Cache | None = None) -> None:
         module = importlib.import_module(name)
         if hasattr(module, "triton_key"):
             module.triton_key = replaced
-    knobs.cache.manager_class = CacheManager
+    _plug_in(cache_mod)
+
+
+def _plug_in(cache_mod: Any) -> None:
+    """Triton 3.4 and newer read the manager class from knobs.cache.manager_class;
+    3.2 and 3.3 from $TRITON_CACHE_MANAGER, once per value, in get_cache_manager()
+    (whose dump and override managers are the same class: CacheManager hands those
+    to Triton's own FileCacheManager)."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(getattr(knobs, "cache", None), "manager_class"):
+        knobs.cache.manager_class = CacheManager
+        return
+    if not hasattr(cache_mod, "get_cache_manager"):
+        raise AbicacheError(f"Triton {getattr(triton, '__version__', '?')} has neither knobs.cache.manager_class "
+                            "nor get_cache_manager(); abicache.triton supports Triton 3.2 and newer")
+    os.environ["TRITON_CACHE_MANAGER"] = f"{__name__}:CacheManager"
 
 
 _cache: Cache | None = None
