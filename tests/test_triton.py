@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from abicache import Cache
 from conftest import ROOT, SRC
+from remote_fixtures import redis_base  # noqa: F401  (a fixture)
 
 KERNEL = Path(__file__).with_name("triton_kernel.py")
 VENVS = Path(os.environ.get("ABICACHE_TEST_VENVS", Path.home() / ".cache" / "abicache-test-venvs"))
@@ -249,3 +251,26 @@ def test_each_triton_version_hits_misses_and_dumps(older_triton: str, tmp_path: 
     dumped = compile_with(older_triton, tmp_path / "dump-store", TRITON_KERNEL_DUMP="1",
                           TRITON_DUMP_DIR=str(tmp_path / "dump"))
     assert dumped["cubin_sha"] == first["cubin_sha"] and list((tmp_path / "dump").rglob("*.ptx"))
+
+
+def test_remote_cache_backend_serves_another_machine(py311: str, tmp_path: Path, redis_base: str) -> None:
+    """Triton's own RemoteCacheManager over abicache's remote tier: a second machine
+    (another local store, another TRITON_CACHE_DIR) gets the kernel without compiling."""
+    import servers
+
+    remote = servers.redis_url(redis_base, uuid.uuid4().hex[:12])
+    kernel_env = {"TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+                  "TRITON_REMOTE_CACHE_BACKEND": "abicache.triton:RemoteCacheBackend",
+                  "ABICACHE_REMOTE": remote, "DEFAULT_CACHE": "1"}  # Triton's own manager and key
+    results = []
+    for machine in ("one", "two"):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / machine / "store"),
+               "TRITON_CACHE_DIR": str(tmp_path / machine / "triton"), **kernel_env}
+        out = subprocess.run([py311, str(KERNEL)], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert results[0]["cubin_sha"] == results[1]["cubin_sha"]
+    assert (results[0]["assembled"], results[1]["assembled"]) == (1, 0)  # compiled once, on machine one
+    fetched = Cache(tmp_path / "two" / "store").store.iter_variant_dirs()
+    origins = {json.loads((v / "manifest.json").read_text()).get("kind") for v in fetched}
+    assert origins == {"triton.file"}  # machine two's files came through abicache

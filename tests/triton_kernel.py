@@ -7,7 +7,13 @@ DEFAULT_CACHE=1 (Triton's own cache, for the benchmark).
 import json, os, sys, time
 t0 = time.perf_counter()
 opened = []
-sys.addaudithook(lambda ev, args: opened.append(str(args[0])) if ev == "open" and "libtriton" in str(args[0]) else None)
+assembled = []  # ptxas runs that assemble a kernel (a cache hit runs at most `ptxas --version`)
+def _audit(ev, args):
+    if ev == "open" and "libtriton" in str(args[0]):
+        opened.append(str(args[0]))
+    elif ev == "subprocess.Popen" and any("--gpu-name" in str(a) for a in (args[1] or ())):
+        assembled.append(str(args[0]))
+sys.addaudithook(_audit)
 import triton, triton.language as tl
 t_import = time.perf_counter()
 if os.environ.get("DEFAULT_CACHE") != "1":
@@ -48,4 +54,4 @@ import hashlib
 binary = k.asm["hsaco"] if arch.startswith("gfx") else k.asm["cubin"]
 print(json.dumps({"py": sys.version[:4], "triton": triton.__version__, "cubin_sha": hashlib.sha256(binary).hexdigest(),
                   "compile_s": t2 - t1, "total_s": t2 - t0, "hit_path_s": t2 - t_import,
-                  "libtriton_opened": opened}))
+                  "libtriton_opened": opened, "assembled": len(assembled)}))

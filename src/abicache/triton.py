@@ -230,6 +230,33 @@ class CacheManager:
         return str(art.path / GROUP)
 
 
+class RemoteCacheBackend:
+    """For users who keep Triton's own cache manager and want a fleet's shared cache:
+
+        TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager
+        TRITON_REMOTE_CACHE_BACKEND=abicache.triton:RemoteCacheBackend
+        ABICACHE_REMOTE=s3://bucket/prefix   (or redis://host:port/0?prefix=...)
+
+    Each file Triton puts is an abicache entry, published to the remote tier
+    (verified, signed where keys are set, bounded in size and time) and kept in
+    the local store; get() is a local hit or a verified download. Triton's key
+    is kept as Triton computes it. Without ABICACHE_REMOTE it is a local cache."""
+
+    def __init__(self, key: str) -> None:
+        self._files = CacheManager(key)
+
+    def get(self, filenames: list[str]) -> Dict[str, bytes]:
+        found = {}
+        for filename in filenames:
+            path = self._files.get_file(filename)
+            if path is not None:
+                found[filename] = Path(path).read_bytes()
+        return found
+
+    def put(self, filename: str, data: bytes) -> None:
+        self._files.put(data, filename)
+
+
 def _kernel_name(filename: str) -> str:
     stem = re.sub(r"^__grp__", "", filename).split(".")[0]
     return stem or "kernel"
