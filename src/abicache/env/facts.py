@@ -23,6 +23,7 @@ _register(("compiler.cc",), lambda f: {"compiler.cc": probes.compiler("CC", "cc"
 _register(("compiler.cxx",), lambda f: {"compiler.cxx": probes.compiler("CXX", "c++", f.memo_dir)})
 _register(probes.TORCH_FACTS, lambda f: probes.torch())
 _register(probes.TRITON_FACTS, lambda f: probes.triton())
+_register(probes.TVM_FFI_FACTS, lambda f: probes.tvm_ffi())
 _register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
 _register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe())
 

@@ -27,6 +27,7 @@ TORCH_FACTS = (
     "torch.root",
 )
 TRITON_FACTS = ("triton.version",)
+TVM_FFI_FACTS = ("tvm_ffi.version",)
 
 
 def python() -> dict[str, str | None]:
@@ -252,3 +253,12 @@ def triton() -> dict[str, str | None]:
         return {"triton.version": metadata.version("triton")}
     except metadata.PackageNotFoundError:
         return {"triton.version": None}
+
+
+def tvm_ffi() -> dict[str, str | None]:
+    from importlib import metadata
+
+    try:
+        return {"tvm_ffi.version": metadata.version("apache-tvm-ffi")}
+    except metadata.PackageNotFoundError:
+        return {"tvm_ffi.version": None}

@@ -1,0 +1,223 @@
+"""tvm-ffi frontend: tvm_ffi.cpp.load_inline / load through the cache.
+
+    import abicache.tvm_ffi as at
+    mod = at.load_inline("add_one", cpp_sources=SRC, functions=["add_one"])   # a tvm_ffi.Module
+
+The same signatures and the same source tvm-ffi writes (main.cpp with its
+headers and a TVM_FFI_DLL_EXPORT_TYPED_FUNC per function; cuda.cu for CUDA
+sources), compiled against tvm-ffi's headers, dlpack's and libtvm_ffi. What
+tvm-ffi's own cache gets wrong, this does not:
+
+- the key holds tvm-ffi's version (an upgrade rebuilds; tvm-ffi's own key omits
+  it) and never a path of the venv: tvm-ffi's include folders are roots its
+  version identifies, the library folder is on the command line only;
+- the entry requires that tvm-ffi version (`tvm_ffi.version == ...`) and what
+  the audit reads from the binary (glibc, libstdc++, GPU targets);
+- a kill -9 mid-build leaves no lock behind, a hit spawns nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .build import tree as trees
+from .build.job import CudaUnits, Job
+from .cache import Artifact, Cache, default_cache
+from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
+from .errors import AbicacheError, UsageError
+from .key import Inputs
+
+HEADERS = ("#include <tvm/ffi/container/tensor.h>", "#include <tvm/ffi/dtype.h>", "#include <tvm/ffi/error.h>",
+           "#include <tvm/ffi/extra/c_env_api.h>", "#include <tvm/ffi/function.h>", "")
+KEY_CFLAGS = ("-std=c++17", "-fPIC", "-O2")  # tvm-ffi's own defaults
+
+
+class TvmFfiInstall:
+    """Where the installed tvm-ffi keeps its headers and library, and its version."""
+
+    def __init__(self) -> None:
+        try:
+            from importlib import metadata
+
+            from tvm_ffi import libinfo
+        except ImportError as exc:
+            raise AbicacheError(f"tvm-ffi is not installed ({exc}); pip install apache-tvm-ffi") from None
+        self.version = metadata.version("apache-tvm-ffi")
+        self.includes = (libinfo.find_include_path(), libinfo.find_dlpack_include_path())
+        self.library = Path(libinfo.find_libtvm_ffi())
+
+
+def function_map(functions: Mapping[str, str] | Sequence[str] | str | None) -> dict[str, str]:
+    if functions is None:
+        return {}
+    if isinstance(functions, str):
+        return {functions: ""}
+    if isinstance(functions, Mapping):
+        return dict(functions)
+    return {name: "" for name in functions}
+
+
+def decorate(source: str, functions: Mapping[str, str]) -> str:
+    """tvm-ffi's headers, the source, then one export per function (as tvm-ffi writes it)."""
+    lines = [*HEADERS, source]
+    for name, doc in functions.items():
+        lines.append(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, {name});")
+        if doc:
+            escaped = doc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            lines.append(f'TVM_FFI_DLL_EXPORT_TYPED_FUNC_DOC({name}, "{escaped}");')
+    return "\n".join([*lines, ""])
+
+
+def inline_sources(cpp_sources: Sequence[str] | str | None, cuda_sources: Sequence[str] | str | None,
+                   functions: Any) -> dict[str, str]:
+    cpp = "\n".join([cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or ()))
+    cuda = "\n".join([cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or ()))
+    if not cpp and not cuda:
+        raise UsageError("at least one of cpp_sources and cuda_sources must be given")
+    exports = function_map(functions)
+    sources = {"main.cpp": decorate(cpp, exports if cpp else {})} if cpp else {}
+    if cuda:
+        sources["cuda.cu"] = decorate(cuda, {} if cpp else exports)
+    return sources
+
+
+def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, extra_cflags: Any = None,
+         extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+         backend: str | None = None, facts: Any = None) -> Plan:
+    from .torch import cuda_arch_flags, lenient  # cpp_extension's flag reading and arch choice
+
+    if backend not in (None, "cuda"):
+        raise UsageError(f"backend={backend!r}: abicache.tvm_ffi builds for the CPU and CUDA (ROCm/HIP not yet)")
+    ffi = TvmFfiInstall()
+    facts = facts or default_cache().facts
+    includes = [f"-I{p}" for p in (str(x).strip() for x in _listed(extra_include_paths))]
+    tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp",
+                      [*lenient(extra_cflags), *includes], (*trees.COMPILED, ".cuh"))
+    cuda = any(f.name.endswith(".cu") for f in tree.files)
+    system = tuple(arg for inc in ffi.includes for arg in ("-isystem", inc))
+    nvcc = _nvcc(system, (*lenient(extra_cuda_cflags), *cuda_arch_flags(facts))) if cuda else None
+    libs = ("-ltvm_ffi", *(("-lcudart",) if cuda else ()))
+    from .torch import _cudart_link
+
+    tail = (f"-L{ffi.library.parent}", *_cudart_link(libs), *lenient(extra_ldflags))
+    job = Job(f"tvm-ffi module {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
+              (*KEY_CFLAGS, *system), KEY_CFLAGS, ("-shared",), tail, f"{name}.so", ffi.includes, nvcc)
+    nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
+    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *KEY_CFLAGS, *tree.key_flags, *nvcc_key, "|", *libs,
+                                                  *lenient(extra_ldflags)],
+                         tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])],
+                         extra={"tvm_ffi": ffi.version})
+    return Plan("tvm_ffi.module", name, inputs, None, (f"tvm_ffi.version == {ffi.version}",), bases=tree.bases,
+                job=job)
+
+
+def _nvcc(system: tuple[str, ...], extra: tuple[str, ...]) -> CudaUnits:
+    from .env import probes
+
+    nvcc = probes.nvcc_path()
+    if nvcc is None:
+        raise AbicacheError("CUDA sources need nvcc, which was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    key = ("-Xcompiler", "-fPIC", "-std=c++17", "-O2", *extra)
+    return CudaUnits((str(nvcc),), (*key, *system), key)
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
+
+
+def build_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
+                 cuda_sources: Sequence[str] | str | None = None, functions: Any = None, extra_cflags: Any = None,
+                 extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+                 build_directory: str | None = None, embed_cubin: Mapping[str, bytes] | None = None,
+                 backend: str | None = None, cache: Cache | None = None) -> Artifact:
+    """The cached build of tvm_ffi.cpp.build_inline's library, not loaded."""
+    if embed_cubin:
+        raise UsageError("embed_cubin is not supported by abicache.tvm_ffi yet: compile the kernel with "
+                         "abicache.cuda.compile and load it at run time, or use tvm_ffi.cpp.load_inline")
+    cache = cache or default_cache()
+    sources = inline_sources(cpp_sources, cuda_sources, functions)
+    art = plan(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+               extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, backend=backend,
+               facts=cache.facts).run(cache)
+    _keep(build_directory, art, sources)
+    return art
+
+
+def load_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
+                cuda_sources: Sequence[str] | str | None = None, functions: Any = None, extra_cflags: Any = None,
+                extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+                build_directory: str | None = None, embed_cubin: Mapping[str, bytes] | None = None,
+                keep_module_alive: bool = True, backend: str | None = None, cache: Cache | None = None) -> Any:
+    """tvm_ffi.cpp.load_inline through the cache; returns what tvm_ffi.load_module returns."""
+    args = dict(cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions, extra_cflags=extra_cflags,
+                extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                extra_include_paths=extra_include_paths, build_directory=build_directory, embed_cubin=embed_cubin,
+                backend=backend, cache=cache)
+    memo = ("tvm_ffi", name, _fingerprint(cpp_sources or ()), _fingerprint(cuda_sources or ()),
+            repr(sorted((k, v) for k, v in args.items() if k not in ("cpp_sources", "cuda_sources", "cache"))),
+            keep_module_alive, _where(cache))
+    return _load_once(memo, lambda: build_inline(name, **args), lambda art: _load(art, keep_module_alive))
+
+
+def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Sequence[str] | str | None = None,
+         cuda_files: Sequence[str] | str | None = None, extra_cflags: Any = None, extra_cuda_cflags: Any = None,
+         extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: str | None = None,
+         keep_module_alive: bool = True, backend: str | None = None, cache: Cache | None = None) -> Any:
+    """tvm_ffi.cpp.load through the cache: files compiled where they live, their
+    headers recorded (an edit rebuilds, in this process too)."""
+    paths = [Path(p) for p in (*_listed(sources), *_listed(cpp_files), *_listed(cuda_files))]
+    if not paths:
+        raise UsageError("give the source files as sources=, cpp_files= or cuda_files=")
+    cache = cache or default_cache()
+    memo = ("tvm_ffi-load", name, _fingerprint(paths), repr((extra_cflags, extra_cuda_cflags, extra_ldflags,
+                                                             extra_include_paths, backend, build_directory)),
+            keep_module_alive, os.getcwd(), _where(cache))
+
+    def build() -> Artifact:
+        art = plan(name, paths, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                   extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, backend=backend,
+                   facts=cache.facts).run(cache)
+        _keep(build_directory, art, {})
+        return art
+
+    return _load_once(memo, build, lambda art: _load(art, keep_module_alive))
+
+
+def _keep(build_directory: str | None, art: Artifact, sources: Mapping[str, str]) -> None:
+    from .torch import _keep as keep  # the same: a copy where asked; the store's file is what loads
+
+    keep(build_directory, art, sources)
+
+
+def _load(art: Artifact, keep_module_alive: bool) -> Any:
+    import tvm_ffi
+
+    return tvm_ffi.load_module(str(art.file()), keep_module_alive=keep_module_alive)
+
+
+_replaced: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Route tvm_ffi.cpp.load_inline and load through abicache in this process
+    (code that calls them as `tvm_ffi.cpp.load_inline(...)`); uninstall() undoes it."""
+    import tvm_ffi.cpp as cpp
+
+    if not _replaced:
+        _replaced.update(load=cpp.load, load_inline=cpp.load_inline)
+    cpp.load, cpp.load_inline = load, load_inline
+
+
+def uninstall() -> None:
+    if _replaced:
+        import tvm_ffi.cpp as cpp
+
+        cpp.load, cpp.load_inline = _replaced["load"], _replaced["load_inline"]
+        _replaced.clear()
+
+
+__all__ = ["build_inline", "decorate", "inline_sources", "install", "load", "load_inline", "plan", "uninstall"]

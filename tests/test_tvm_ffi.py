@@ -1,0 +1,98 @@
+"""abicache.tvm_ffi: tvm_ffi.cpp.load_inline / load through the cache, keyed on
+tvm-ffi's version (its own cache omits it) and never on a venv path.
+(apache/tvm-ffi's own test_load_inline.py and test_build.py, run with install():
+see the note.)"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, Facts
+from conftest import SRC
+
+np = pytest.importorskip("numpy")
+tvm_ffi = pytest.importorskip("tvm_ffi", reason="apache-tvm-ffi is not installed (bench/run installs it)")
+
+ADD_ONE = r"""
+void add_one(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {
+  TVM_FFI_ICHECK(x.ndim() == 1) << "x must be a 1D tensor";
+  for (int i = 0; i < x.size(0); ++i)
+    static_cast<float*>(y.data_ptr())[i] = static_cast<float*>(x.data_ptr())[i] + 1;
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["load_inline", "load"])
+def test_tvm_ffi_signatures(name: str) -> None:
+    import tvm_ffi.cpp
+
+    import abicache.tvm_ffi as at
+
+    theirs = list(inspect.signature(getattr(tvm_ffi.cpp, name)).parameters)
+    ours = list(inspect.signature(getattr(at, name)).parameters)
+    assert ours[:len(theirs)] == theirs and ours[len(theirs):] == ["cache"]
+
+
+def test_load_inline_exports_the_functions_and_hits(tmp_path: Path) -> None:
+    import abicache.tvm_ffi as at
+
+    cache = Cache(tmp_path / "store")
+    mod = at.load_inline("abicache_add_one", cpp_sources=ADD_ONE, functions={"add_one": "x + 1"}, cache=cache)
+    x = np.arange(5, dtype=np.float32)
+    y = np.empty_like(x)
+    mod.add_one(tvm_ffi.from_dlpack(x), tvm_ffi.from_dlpack(y))
+    assert y.tolist() == [1, 2, 3, 4, 5]
+    art = at.build_inline("abicache_add_one", cpp_sources=ADD_ONE, functions={"add_one": "x + 1"}, cache=cache)
+    version = Facts().get("tvm_ffi.version")
+    assert art.hit and f"tvm_ffi.version == {version}" in str(art.requirements)
+
+
+def test_key_holds_tvm_ffis_version_and_no_venv_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tvm-ffi's own cache folder is keyed on the sources and flags only: an upgrade reused the old build."""
+    import abicache.tvm_ffi as at
+
+    cache = Cache(tmp_path)
+    sources = at.inline_sources(ADD_ONE, None, ["add_one"])
+
+    def key() -> str:
+        plan = at.plan("k", sources, facts=cache.facts)
+        return cache.key_for(plan.kind, plan.name, plan.inputs)[0], plan
+
+    first, plan = key()
+    assert not any(tvm_ffi.__file__.rsplit("/", 2)[0] in str(f) for f in plan.inputs.flags)
+    monkeypatch.setattr(at.TvmFfiInstall, "__init__", _other_version)
+    assert key()[0] != first
+
+
+def _other_version(self) -> None:  # a tvm-ffi upgrade
+    from tvm_ffi import libinfo
+
+    self.version = "99.0.0"
+    self.includes = (libinfo.find_include_path(), libinfo.find_dlpack_include_path())
+    self.library = Path(libinfo.find_libtvm_ffi())
+
+
+def test_install_routes_tvm_ffi_and_a_fresh_process_hits(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import json, sys
+        import abicache.tvm_ffi as at
+        at.install()
+        import tvm_ffi.cpp
+        mod = tvm_ffi.cpp.load_inline("abicache_installed", cpp_sources={ADD_ONE!r}, functions=["add_one"])
+        art = at.build_inline("abicache_installed", cpp_sources={ADD_ONE!r}, functions=["add_one"])
+        at.uninstall()
+        print(json.dumps([art.hit, str(art.path).startswith(sys.argv[1]), tvm_ffi.cpp.load_inline is not at.load_inline]))
+    """)
+    env = {**os.environ, "ABICACHE_DIR": str(tmp_path / "store"), "PYTHONPATH": str(SRC)}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "store")], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == "[true, true, true]"
