@@ -96,3 +96,34 @@ def test_install_routes_tvm_ffi_and_a_fresh_process_hits(tmp_path: Path) -> None
                               env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().splitlines()[-1] == "[true, true, true]"
+
+
+def test_torch_c_dlpack_addon_is_keyed_on_the_torch_build_and_python_abi(tmp_path: Path) -> None:
+    """The case the project started from: tvm-ffi keys this addon on torch{major}{minor} and
+    the C++ ABI, so another torch build under that version, or another Python, loaded
+    the old library (it links libtorch_python)."""
+    pytest.importorskip("torch")
+    import ctypes
+
+    import abicache.torch as abitorch
+    import abicache.tvm_ffi as at
+    from tvm_ffi.utils._build_optional_torch_c_dlpack import cpp_source
+
+    cache = Cache(tmp_path / "store")
+    art = at.build_torch_c_dlpack_addon(cache)
+    here = cache.facts
+    assert f"torch.build == {here.get('torch.build')}" in str(art.requirements)
+    assert f"python.abi == {here.get('python.abi')}" in str(art.requirements)
+    assert at.build_torch_c_dlpack_addon(cache).hit  # the same torch and Python: a hit
+    lib = ctypes.CDLL(str(art.file()))
+    assert lib.TorchDLPackExchangeAPIPtr() != 0
+
+    def key(**overrides: str) -> str:
+        facts = here.with_overrides(overrides) if overrides else here
+        plan = abitorch.plan("torch_c_dlpack_addon", {"addon.cpp": cpp_source}, python_module=False, facts=facts)
+        return Cache(tmp_path / "store", facts=facts).key_for(plan.kind, plan.name, plan.inputs)[0]
+
+    version = here.get("torch.version")
+    same_version_other_build = here.get("torch.build").replace("git=", "git=0") or "x"
+    assert key() != key(**{"torch.build": same_version_other_build, "torch.version": version})
+    assert key() != key(**{"python.abi": "cp312"})

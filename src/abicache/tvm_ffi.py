@@ -199,6 +199,45 @@ def _load(art: Artifact, keep_module_alive: bool) -> Any:
     return tvm_ffi.load_module(str(art.file()), keep_module_alive=keep_module_alive)
 
 
+def build_torch_c_dlpack_addon(cache: Cache | None = None, *, verbose: bool = False) -> Artifact:
+    """tvm-ffi's torch C-DLPack addon (its source ships in the tvm-ffi wheel), built as a
+    classic torch library: keyed on and requiring the exact torch build (version, git,
+    CUDA/HIP, C++ ABI) and this Python's ABI, since it links libtorch_python. tvm-ffi's
+    own build keys it on torch's version and C++ ABI only, so a torch rebuilt under the
+    same version, or another Python, reused the old library."""
+    from tvm_ffi.libinfo import find_dlpack_include_path
+    from tvm_ffi.utils._build_optional_torch_c_dlpack import cpp_source
+
+    from . import torch as abitorch
+
+    cache = cache or default_cache()
+    cuda = cache.facts.get("torch.flavor") == "cuda"
+    flags = ["-O3", "-fvisibility=hidden", *(["-DBUILD_WITH_CUDA"] if cuda else [])]
+    return abitorch.plan("torch_c_dlpack_addon", {"addon.cpp": cpp_source}, python_module=False, extra_cflags=flags,
+                         extra_ldflags=["-ltorch_python", *(["-ltorch_cuda", "-lc10_cuda"] if cuda else [])],
+                         extra_include_paths=[find_dlpack_include_path()], verbose=verbose,
+                         facts=cache.facts).run(cache)
+
+
+def load_torch_c_dlpack_addon(cache: Cache | None = None) -> Any:
+    """What tvm_ffi does at import when torch lacks `__dlpack_c_exchange_api__`, with the
+    addon from the cache: sets the attribute and returns the loaded library (None when
+    this torch already has the attribute)."""
+    import ctypes
+
+    import torch
+    from tvm_ffi._optional_torch_c_dlpack import (_check_and_update_dlpack_c_exchange_api,
+                                                  _create_dlpack_exchange_api_capsule)
+
+    if _check_and_update_dlpack_c_exchange_api(torch.Tensor):
+        return None
+    lib = ctypes.CDLL(str(build_torch_c_dlpack_addon(cache).file()))
+    func = lib.TorchDLPackExchangeAPIPtr
+    func.restype, func.argtypes = ctypes.c_uint64, []
+    torch.Tensor.__dlpack_c_exchange_api__ = _create_dlpack_exchange_api_capsule(func())
+    return lib
+
+
 _replaced: dict[str, Any] = {}
 
 
@@ -220,4 +259,5 @@ def uninstall() -> None:
         _replaced.clear()
 
 
-__all__ = ["build_inline", "decorate", "inline_sources", "install", "load", "load_inline", "plan", "uninstall"]
+__all__ = ["build_inline", "build_torch_c_dlpack_addon", "decorate", "inline_sources", "install", "load",
+           "load_inline", "load_torch_c_dlpack_addon", "plan", "uninstall"]
