@@ -20,7 +20,7 @@ from abicache import Cache, Facts, Requirement
 from abicache.archs import parse_device, parse_target
 from abicache.audit import AuditError, audit_file
 from conftest import SRC
-from test_triton import KERNEL, compile_with, entries, has_triton
+from test_triton import compile_with, entries, has_triton
 
 E_FLAGS = 0x30  # offset of e_flags in a 64-bit ELF header
 EI_ABIVERSION = 8

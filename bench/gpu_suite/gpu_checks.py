@@ -13,7 +13,6 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any, Callable
 

@@ -37,6 +37,8 @@ from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
+from .patching import Patch
+from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
 
@@ -189,7 +191,7 @@ def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
     # Library folders are paths: they go on the command line, not into the key.
     kind, link = _OUTPUTS[output]
     rpath = (f"-Wl,-rpath,{torch.lib_dir}",) if output == "executable" else ()  # it runs outside Python
-    tail = (f"-L{torch.lib_dir}", *rpath, *_cudart_link(libs), *ldflags)
+    tail = (f"-L{torch.lib_dir}", *rpath, *cudart_link(libs), *ldflags)
     job = Job(f"torch extension {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
               cflags, key_cflags, link, tail, filename, tuple(covered), nvcc, verbose)
     # nvcc's flags (arch list, extra_cuda_cflags) shape the output as much as the C++ flags do.
@@ -227,36 +229,7 @@ def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, co
     return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
 
 
-#: TORCH_CUDA_ARCH_LIST's names for architectures, as cpp_extension reads them
-_NAMED_ARCHS = {
-    "Kepler+Tesla": "3.7", "Kepler": "3.5+PTX", "Maxwell+Tegra": "5.3", "Maxwell": "5.0;5.2+PTX",
-    "Pascal": "6.0;6.1+PTX", "Volta+Tegra": "7.2", "Volta": "7.0+PTX", "Turing": "7.5+PTX",
-    "Ampere+Tegra": "8.7", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX", "Hopper": "9.0+PTX",
-}
 
-
-def cuda_arch_flags(facts: Facts) -> list[str]:
-    """nvcc's targets as cpp_extension picks them: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"),
-    else the GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
-    with neither, nvcc's own default. The flags are in the key, and the audit turns the
-    result into `gpu.arch ~= ...`."""
-    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
-    archs = [n for a in listed.split(";") if a for n in _NAMED_ARCHS.get(a, a).split(";")]
-    if not archs:
-        present = sorted({d.split("_")[1] for d in (facts.get("gpu.arch") or "").split(",") if "_" in d})
-        archs = [f"{d[:-1]}.{d[-1]}" for d in present]
-        if archs:
-            archs[-1] += "+PTX"
-    flags = []
-    for arch in archs:
-        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", arch.strip())
-        if match is None:
-            raise UsageError(f"TORCH_CUDA_ARCH_LIST: {arch!r} is not an arch like 9.0, 9.0a or 9.0+PTX")
-        num = f"{match.group(1)}{match.group(2)}{match.group(3)}"
-        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        if match.group(4):
-            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
-    return flags
 
 
 def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]) -> CudaUnits:
@@ -270,20 +243,7 @@ def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]
     return CudaUnits((str(nvcc),), (*key, *torch.includes), key)
 
 
-def _cudart_link(libs: Sequence[str]) -> list[str]:
-    """libs for the link line: -lcudart names the runtime found first in the
-    documented search order (env/cuda_probe.py), by its soname where the folder
-    has no unversioned libcudart.so (the CUDA wheels ship none)."""
-    if "-lcudart" not in libs:
-        return list(libs)
-    from .env import cuda_probe
 
-    for folder in cuda_probe.runtime_dirs():
-        sonames = sorted(p.name for p in folder.glob("libcudart.so.*") if re.fullmatch(r"libcudart\.so\.\d+", p.name))
-        if (folder / "libcudart.so").exists() or sonames:
-            name = "-lcudart" if (folder / "libcudart.so").exists() else f"-l:{sonames[-1]}"
-            return [f"-L{folder}", *(name if lib == "-lcudart" else lib for lib in libs)]
-    return list(libs)
 
 
 def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str | None,
@@ -291,7 +251,7 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
     key_cflags = ("-fPIC", "-O2", "-std=c++17")
     cuda = any(f.name.endswith(".cu") for f in tree.files)
     libs = ("-ltorch_cpu", *(("-lcudart",) if cuda else ()))
-    tail = (f"-L{torch.lib_dir}", *_cudart_link(libs), *ldflags)
+    tail = (f"-L{torch.lib_dir}", *cudart_link(libs), *ldflags)
     filename = f"lib{name}.so"
     candidates = [target] if target else torch.stable_targets()
     for version in candidates:
@@ -365,21 +325,13 @@ class JitOptions(NamedTuple):
             raise UsageError("SYCL sources are not supported by abicache.torch; build them with "
                              "torch.utils.cpp_extension (or leave sycl_sources, extra_sycl_cflags and with_sycl unset)")
         return cls(lenient(cflags), lenient(cuda_cflags), lenient(ldflags),
-                   tuple(str(p).strip() for p in _listed(include_paths)))
+                   tuple(str(p).strip() for p in listed(include_paths)))
 
 
-def _listed(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
 
 
-def lenient(flags: Any) -> tuple[str, ...]:
-    """Flags as cpp_extension takes them: each stripped, and split as the shell
-    that runs ninja's command splits it ("-O2\\n", " -g ", "-O2 -g")."""
-    import shlex
 
-    return tuple(word for flag in _listed(flags) for word in shlex.split(str(flag)))
+
 
 
 def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
@@ -404,7 +356,7 @@ def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequ
                extra_cflags=opts.cflags, extra_ldflags=opts.ldflags, extra_include_paths=opts.include_paths,
                verbose=verbose, facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=opts.cuda_cflags,
                with_cuda=with_cuda).run(cache)
-    _keep(build_directory, art, sources if keep_intermediates else {})
+    keep_copy(build_directory, art, sources if keep_intermediates else {})
     return art
 
 
@@ -446,7 +398,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     is_standalone: an executable; its path is returned."""
     if is_python_module and is_standalone:
         raise UsageError("`is_python_module` and `is_standalone` are mutually exclusive.")
-    paths = [Path(item) for item in _listed(sources)]  # torch takes one path as well as a list
+    paths = [Path(item) for item in listed(sources)]  # torch takes one path as well as a list
     cache = cache or default_cache()
     opts = JitOptions.of(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                          extra_sycl_cflags or any(str(p).endswith(".sycl") for p in paths) or None, with_sycl)
@@ -459,7 +411,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
                    extra_cflags=opts.cflags, extra_ldflags=opts.ldflags, extra_include_paths=opts.include_paths,
                    verbose=verbose, facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=opts.cuda_cflags,
                    with_cuda=with_cuda, standalone=is_standalone).run(cache)
-        _keep(build_directory, art, {})
+        keep_copy(build_directory, art, {})
         return art
 
     if is_standalone:
@@ -467,22 +419,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     return _load_once(memo, build, lambda art: _load(art, python_module=python_module))
 
 
-def _keep(build_directory: Any, art: Artifact, sources: Mapping[str, str]) -> None:
-    """build_directory: a copy of the output (and of the inline sources, with
-    keep_intermediates) where the caller asked, as cpp_extension leaves them.
-    What runs is always the checked file in the store."""
-    if build_directory is None:
-        return
-    import shutil
 
-    folder = Path(build_directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, code in sources.items():
-        (folder / name).write_text(code)
-    for name in art.files:
-        target = folder / Path(name).name
-        target.unlink(missing_ok=True)
-        shutil.copy2(art.path / name, target)
 
 
 def _load(art: Artifact, *, python_module: bool) -> Any:
@@ -519,27 +456,19 @@ def _one_build_per_op_library(art: Artifact) -> None:
         _stable_namespaces[ns] = path
 
 
-_replaced: dict[str, Any] = {}
+_patch = Patch("torch.utils.cpp_extension", load=load, load_inline=load_inline)
 
 
 def install() -> None:
     """Route torch.utils.cpp_extension.load and load_inline through abicache in
     this process, for code that calls them as `cpp_extension.load_inline(...)`
     (a name imported before install() keeps the original). uninstall() undoes it."""
-    import torch.utils.cpp_extension as ce
-
-    if not _replaced:
-        _replaced.update(load=ce.load, load_inline=ce.load_inline)
-    ce.load, ce.load_inline = load, load_inline
+    _patch.install()
 
 
 def uninstall() -> None:
     """Give torch.utils.cpp_extension its own load and load_inline back."""
-    if _replaced:
-        import torch.utils.cpp_extension as ce
-
-        ce.load, ce.load_inline = _replaced["load"], _replaced["load_inline"]
-        _replaced.clear()
+    _patch.uninstall()
 
 
 __all__ = ["build_inline", "install", "lenient", "load", "load_inline", "plan", "target_macro", "uninstall"]

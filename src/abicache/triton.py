@@ -43,7 +43,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .cache import Artifact, Cache, default_cache
+from .cache import Cache, default_cache
 from .errors import AbicacheError
 
 KIND = "triton"

@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .build import tree as trees
+from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 from .build.job import CudaUnits, Job
 from .cache import Artifact, Cache, default_cache
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
 from .errors import AbicacheError, UsageError
 from .key import Inputs
+from .patching import Patch
 
 HEADERS = ("#include <tvm/ffi/container/tensor.h>", "#include <tvm/ffi/dtype.h>", "#include <tvm/ffi/error.h>",
            "#include <tvm/ffi/extra/c_env_api.h>", "#include <tvm/ffi/function.h>", "")
@@ -86,22 +88,18 @@ def inline_sources(cpp_sources: Sequence[str] | str | None, cuda_sources: Sequen
 def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, extra_cflags: Any = None,
          extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
          backend: str | None = None, facts: Any = None) -> Plan:
-    from .torch import cuda_arch_flags, lenient  # cpp_extension's flag reading and arch choice
-
     if backend not in (None, "cuda"):
         raise UsageError(f"backend={backend!r}: abicache.tvm_ffi builds for the CPU and CUDA (ROCm/HIP not yet)")
     ffi = TvmFfiInstall()
     facts = facts or default_cache().facts
-    includes = [f"-I{p}" for p in (str(x).strip() for x in _listed(extra_include_paths))]
+    includes = [f"-I{p}" for p in (str(x).strip() for x in listed(extra_include_paths))]
     tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp",
                       [*lenient(extra_cflags), *includes], (*trees.COMPILED, ".cuh"))
     cuda = any(f.name.endswith(".cu") for f in tree.files)
     system = tuple(arg for inc in ffi.includes for arg in ("-isystem", inc))
     nvcc = _nvcc(system, (*lenient(extra_cuda_cflags), *cuda_arch_flags(facts))) if cuda else None
     libs = ("-ltvm_ffi", *(("-lcudart",) if cuda else ()))
-    from .torch import _cudart_link
-
-    tail = (f"-L{ffi.library.parent}", *_cudart_link(libs), *lenient(extra_ldflags))
+    tail = (f"-L{ffi.library.parent}", *cudart_link(libs), *lenient(extra_ldflags))
     job = Job(f"tvm-ffi module {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
               (*KEY_CFLAGS, *system), KEY_CFLAGS, ("-shared",), tail, f"{name}.so", ffi.includes, nvcc)
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
@@ -123,12 +121,6 @@ def _nvcc(system: tuple[str, ...], extra: tuple[str, ...]) -> CudaUnits:
     return CudaUnits((str(nvcc),), (*key, *system), key)
 
 
-def _listed(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
-
-
 def build_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
                  cuda_sources: Sequence[str] | str | None = None, functions: Any = None, extra_cflags: Any = None,
                  extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
@@ -143,7 +135,7 @@ def build_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
     art = plan(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, backend=backend,
                facts=cache.facts).run(cache)
-    _keep(build_directory, art, sources)
+    keep_copy(build_directory, art, sources)
     return art
 
 
@@ -169,7 +161,7 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
          keep_module_alive: bool = True, backend: str | None = None, cache: Cache | None = None) -> Any:
     """tvm_ffi.cpp.load through the cache: files compiled where they live, their
     headers recorded (an edit rebuilds, in this process too)."""
-    paths = [Path(p) for p in (*_listed(sources), *_listed(cpp_files), *_listed(cuda_files))]
+    paths = [Path(p) for p in (*listed(sources), *listed(cpp_files), *listed(cuda_files))]
     if not paths:
         raise UsageError("give the source files as sources=, cpp_files= or cuda_files=")
     cache = cache or default_cache()
@@ -181,16 +173,10 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
         art = plan(name, paths, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                    extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, backend=backend,
                    facts=cache.facts).run(cache)
-        _keep(build_directory, art, {})
+        keep_copy(build_directory, art, {})
         return art
 
     return _load_once(memo, build, lambda art: _load(art, keep_module_alive))
-
-
-def _keep(build_directory: str | None, art: Artifact, sources: Mapping[str, str]) -> None:
-    from .torch import _keep as keep  # the same: a copy where asked; the store's file is what loads
-
-    keep(build_directory, art, sources)
 
 
 def _load(art: Artifact, keep_module_alive: bool) -> Any:
@@ -238,25 +224,18 @@ def load_torch_c_dlpack_addon(cache: Cache | None = None) -> Any:
     return lib
 
 
-_replaced: dict[str, Any] = {}
+_patch = Patch("tvm_ffi.cpp", load=load, load_inline=load_inline)
 
 
 def install() -> None:
     """Route tvm_ffi.cpp.load_inline and load through abicache in this process
     (code that calls them as `tvm_ffi.cpp.load_inline(...)`); uninstall() undoes it."""
-    import tvm_ffi.cpp as cpp
-
-    if not _replaced:
-        _replaced.update(load=cpp.load, load_inline=cpp.load_inline)
-    cpp.load, cpp.load_inline = load, load_inline
+    _patch.install()
 
 
 def uninstall() -> None:
-    if _replaced:
-        import tvm_ffi.cpp as cpp
-
-        cpp.load, cpp.load_inline = _replaced["load"], _replaced["load_inline"]
-        _replaced.clear()
+    """Give tvm_ffi.cpp its own load and load_inline back."""
+    _patch.uninstall()
 
 
 __all__ = ["build_inline", "build_torch_c_dlpack_addon", "decorate", "inline_sources", "install", "load",

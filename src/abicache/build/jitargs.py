@@ -1,0 +1,96 @@
+"""How JIT entry points (cpp_extension's, tvm-ffi's) read their build arguments,
+shared by the torch and tvm-ffi frontends: lenient flags, nvcc's targets, the
+CUDA runtime on the link line, and a copy of the output where the caller asked."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..cache import Artifact
+    from ..env import Facts
+
+
+def listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
+
+
+def lenient(flags: Any) -> tuple[str, ...]:
+    """Flags as cpp_extension takes them: each stripped, and split as the shell
+    that runs ninja's command splits it ("-O2\\n", " -g ", "-O2 -g")."""
+    import shlex
+
+    return tuple(word for flag in listed(flags) for word in shlex.split(str(flag)))
+
+
+#: TORCH_CUDA_ARCH_LIST's names for architectures, as cpp_extension reads them
+_NAMED_ARCHS = {
+    "Kepler+Tesla": "3.7", "Kepler": "3.5+PTX", "Maxwell+Tegra": "5.3", "Maxwell": "5.0;5.2+PTX",
+    "Pascal": "6.0;6.1+PTX", "Volta+Tegra": "7.2", "Volta": "7.0+PTX", "Turing": "7.5+PTX",
+    "Ampere+Tegra": "8.7", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX", "Hopper": "9.0+PTX",
+}
+
+
+def cuda_arch_flags(facts: Facts) -> list[str]:
+    """nvcc's targets as cpp_extension picks them: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"),
+    else the GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
+    with neither, nvcc's own default. The flags are in the key, and the audit turns the
+    result into `gpu.arch ~= ...`."""
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
+    archs = [n for a in listed.split(";") if a for n in _NAMED_ARCHS.get(a, a).split(";")]
+    if not archs:
+        present = sorted({d.split("_")[1] for d in (facts.get("gpu.arch") or "").split(",") if "_" in d})
+        archs = [f"{d[:-1]}.{d[-1]}" for d in present]
+        if archs:
+            archs[-1] += "+PTX"
+    flags = []
+    for arch in archs:
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", arch.strip())
+        if match is None:
+            raise UsageError(f"TORCH_CUDA_ARCH_LIST: {arch!r} is not an arch like 9.0, 9.0a or 9.0+PTX")
+        num = f"{match.group(1)}{match.group(2)}{match.group(3)}"
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if match.group(4):
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def cudart_link(libs: Sequence[str]) -> list[str]:
+    """libs for the link line: -lcudart names the runtime found first in the
+    documented search order (env/cuda_probe.py), by its soname where the folder
+    has no unversioned libcudart.so (the CUDA wheels ship none)."""
+    if "-lcudart" not in libs:
+        return list(libs)
+    from ..env import cuda_probe
+
+    for folder in cuda_probe.runtime_dirs():
+        sonames = sorted(p.name for p in folder.glob("libcudart.so.*") if re.fullmatch(r"libcudart\.so\.\d+", p.name))
+        if (folder / "libcudart.so").exists() or sonames:
+            name = "-lcudart" if (folder / "libcudart.so").exists() else f"-l:{sonames[-1]}"
+            return [f"-L{folder}", *(name if lib == "-lcudart" else lib for lib in libs)]
+    return list(libs)
+
+
+def keep_copy(build_directory: Any, art: Artifact, sources: Mapping[str, str]) -> None:
+    """build_directory: a copy of the output (and of the inline sources, with
+    keep_intermediates) where the caller asked, as cpp_extension leaves them.
+    What runs is always the checked file in the store."""
+    if build_directory is None:
+        return
+    import shutil
+
+    folder = Path(build_directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, code in sources.items():
+        (folder / name).write_text(code)
+    for name in art.files:
+        target = folder / Path(name).name
+        target.unlink(missing_ok=True)
+        shutil.copy2(art.path / name, target)
