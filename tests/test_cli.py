@@ -117,3 +117,41 @@ def test_bad_settings_and_roots_are_clear_errors(tmp_path: Path) -> None:
     open_root.chmod(0o777)
     out = run_cli("ls", "--root", str(open_root))
     assert out.returncode == 2 and "is writable by others" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_audit_of_a_non_binary_says_so_and_fails(tmp_path: Path) -> None:
+    """It said "no requirements: loads anywhere" of README.md or an empty file."""
+    for content in ("# a text file\n", ""):
+        path = tmp_path / "file.txt"
+        path.write_text(content)
+        done = run_cli("audit", str(path))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "not a binary abicache reads" in done.stdout and "loads anywhere" not in done.stdout
+
+
+def test_assuming_an_unknown_fact_is_an_error_listing_the_facts() -> None:
+    done = run_cli("audit", "--assume", "gpu.archs=sm_90", sys.executable)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "no fact is named 'gpu.archs'" in done.stderr and "gpu.arch" in done.stderr
+
+
+def test_an_unknown_tool_name_is_an_error_not_a_none_in_the_key(cache: Cache) -> None:
+    import pytest
+
+    from abicache.errors import UsageError
+
+    with pytest.raises(UsageError, match="tools: no fact is named 'compiler.cpp'.*compiler.cxx"):
+        cache.get_or_build("t", "x", {"sources": {"a": "b"}, "tools": ["compiler.cpp"]}, writer({"f": "x"}))
+
+
+def test_stub_with_a_relative_out_folder(tmp_path: Path) -> None:
+    """README: `abicache stub ... --out stub/` failed: the compiler ran inside the folder."""
+    done = subprocess.run([sys.executable, "-m", "abicache", "stub", "cudart", "--functions", "cudaMalloc",
+                           "--out", "stub/", "--json"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    if done.returncode != 0 and "no cuda_runtime_api.h found" in done.stderr:
+        import pytest
+
+        pytest.skip("no CUDA runtime headers here")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "stub" / "libabicache_cudart_stub.so").is_file()

@@ -55,12 +55,27 @@ class Inputs(NamedTuple):
 
     def describe(self, facts: FactSource) -> dict[str, Any]:
         """The canonical document that is hashed and stored in the manifest."""
+        tools = {name: facts.get(name) for name in self.tools}
+        for name, value in tools.items():
+            if value is None:
+                _known_tool(name)
         return {
             "sources": dict(self.sources),
             "flags": list(self.flags),
-            "tools": {name: facts.get(name) for name in self.tools},
+            "tools": tools,
             "extra": dict(self.extra),
         }
+
+
+def _known_tool(name: str) -> None:
+    """A tool name no fact answers to is a typo: stored as None in the key, it would
+    key every build on nothing. (A known fact may be None: the tool is absent here.)"""
+    from .env.facts import FACT_NAMES
+    from .errors import UsageError
+
+    if name not in FACT_NAMES:
+        raise UsageError(f"tools: no fact is named {name!r}; tools are fact names, one of: "
+                         + ", ".join(FACT_NAMES))
 
 
 def normalize_flags(flags: Sequence[str]) -> tuple[str, ...]:

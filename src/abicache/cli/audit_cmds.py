@@ -23,11 +23,16 @@ UNKNOWN_TORCH = "torch.build == unknown"
 
 
 def assumed_facts(assume: list[str]) -> Facts:
+    from ..env.facts import FACT_NAMES
+
     overrides: dict[str, str | None] = {}
     for item in assume or ():
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise AbicacheError(f"--assume {item!r}: write it as FACT=VALUE, e.g. gpu.arch=sm_80")
+        if name.strip() not in FACT_NAMES:  # a typo would otherwise be accepted and change nothing
+            raise AbicacheError(f"--assume {item!r}: no fact is named {name.strip()!r}; the facts are "
+                                + ", ".join(FACT_NAMES))
         overrides[name.strip()] = value.strip() or None
     return Facts().with_overrides(overrides)
 
@@ -58,7 +63,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         render.emit_json(docs)
     for doc in docs if not args.json else ():
         _print_audit(doc)
-    if any(d["kind"] == "unreadable" for d in docs):
+    if any(d["kind"] in ("unreadable", "data") for d in docs):  # nothing judged is no "fine"
         return 2
     return 1 if any(d["problems"] or d["unmet"] for d in docs) else 0
 
@@ -68,7 +73,10 @@ def _print_audit(doc: dict[str, Any]) -> None:
     if doc["kind"] == "unreadable":
         render.say(f"  [red]cannot audit[/]: {doc['error']}")
         return
-    if doc["requirements"]:
+    if doc["kind"] == "data":
+        render.say("  not a binary abicache reads (shared library, extension module, executable, cubin, "
+                   "fatbin, PTX or AMDGPU code object): nothing to judge")
+    elif doc["requirements"]:
         render.table("requirements", ["requirement", "here", "because"],
                      [(r["requirement"], "yes" if r["holds_here"] else "NO", r["evidence"])
                       for r in doc["requirements"]])

@@ -349,6 +349,7 @@ def build(library: str, functions: Sequence[str], out_dir: Path, *, api_major: i
     stub = plan(library, functions, api_major=api_major, guard=guard, header_dirs=header_dirs, majors=majors)
     soname = soname or f"libabicache_{library}_stub.so"
     source, script = generate(stub, soname)
+    out_dir = Path(out_dir).absolute()  # the compiler runs inside it: a relative --out would point elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
     c_file, map_file = out_dir / f"abicache_{library}_stub.c", out_dir / f"abicache_{library}_stub.map"
     c_file.write_text(source)
