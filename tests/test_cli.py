@@ -155,3 +155,19 @@ def test_stub_with_a_relative_out_folder(tmp_path: Path) -> None:
         pytest.skip("no CUDA runtime headers here")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "stub" / "libabicache_cudart_stub.so").is_file()
+
+
+def test_explain_says_hit_for_an_entry_that_hits_and_a_miss_exits_1(root: Path, capsys) -> None:
+    """It printed "miss" for an entry that had just hit, and exited 0 on a miss."""
+    cache = Cache(root)
+    cache.get_or_build("t.data", "ok", {"sources": {"a": "1"}}, writer({"f.txt": "x"}))
+    assert cache.get_or_build("t.data", "ok", {"sources": {"a": "1"}}, writer({"f.txt": "x"})).hit
+    assert main(["explain", "ok", "--root", str(root)]) == 0
+    assert "t.data 'ok': hit" in capsys.readouterr().out
+    elsewhere = Cache(root, facts=Facts().with_overrides({"gpu.arch": "sm_90"}))
+    elsewhere.get_or_build("t.data", "gpu", {"sources": {"a": "2"}}, writer({"f.txt": "y"}),
+                           requires=["gpu.arch ~= sm_90"])
+    code = main(["explain", "gpu", "--root", str(root)])
+    out = capsys.readouterr().out
+    if Facts().get("gpu.arch") != "sm_90":  # this machine has no H100
+        assert code == 1 and "t.data 'gpu': miss" in out and "gpu.arch" in out, out

@@ -155,12 +155,17 @@ def explain(
     others; entries of the same key also by the files the compiler read."""
     manifests = _manifests(store, kind, name)
     newest = None
+    hit = False
+    candidates = []
     if wanted is None and manifests:
         newest = max(manifests, key=lambda m: m.created)
         wanted, key = newest.inputs, newest.key
         manifests = [m for m in manifests if m is not newest]
-    hit = False
-    candidates = []
+        # the newest entry is what a lookup with its inputs finds: a hit here if it may load here
+        unmet = requirement_differences(newest, facts)
+        hit = not unmet
+        if unmet:
+            candidates.append(Candidate(newest, tuple(unmet)))
     for m in manifests:
         diffs = input_differences(m.inputs, wanted or {}) + requirement_differences(m, facts)
         if m.key == key and m.deps:

@@ -148,7 +148,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         for e in explanations:
             render.say("\n".join(e.lines()))
-    return 0
+    return 0 if all(e.hit for e in explanations) else 1  # as documented: a miss exits 1
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
