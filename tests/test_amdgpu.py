@@ -157,3 +157,27 @@ def test_any_header_is_read_or_refused_with_a_reason(hsaco_bytes: bytes, tmp_pat
 @pytest.fixture(scope="module")
 def hsaco_bytes(hsaco: dict[str, Path]) -> bytes:
     return hsaco["gfx942"].read_bytes()
+
+
+def test_a_host_library_linking_the_hip_runtime_requires_its_major(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-ins built here with HIP's sonames: no ROCm needed."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    rocm = tmp_path / "rocm" / "lib"
+    rocm.mkdir(parents=True)
+    hip = rocm / "libamdhip64.so.6"
+    subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(hip), "-Wl,-soname,libamdhip64.so.6"],
+                   input="int hipGetDeviceCount(int* n) { *n = 0; return 0; }\n", text=True, check=True)
+    host = tmp_path / "libuses_hip.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(host), f"-L{rocm}", "-l:libamdhip64.so.6"],
+                   input="int hipGetDeviceCount(int*); int count(void) { int n; hipGetDeviceCount(&n); return n; }\n",
+                   text=True, check=True)
+    audited = audit_file(host)
+    assert "hip.runtime == 6" in [str(f.requirement) for f in audited.findings]
+    assert "DT_NEEDED libamdhip64.so.6" in [f.evidence for f in audited.findings]
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    assert Facts().get("hip.runtime") == "6"
+    assert Requirement.parse("hip.runtime == 6").check(Facts()) is None
+    hip.rename(rocm / "libamdhip64.so.7")  # another major installed: refused with the reason
+    assert "this environment has hip.runtime = 7" in Requirement.parse("hip.runtime == 6").check(Facts())

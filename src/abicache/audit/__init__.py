@@ -13,6 +13,7 @@ fails the build with it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -131,6 +132,10 @@ def _cuda_library_findings(info: elf.ElfInfo) -> list[Finding]:
         out.append(finding(f"{name} == {major}", f"DT_NEEDED lib{lib}.so.{major}"))
     if "libcuda.so.1" in info.needed:
         out.append(finding("cuda.driver >= 1.0", "DT_NEEDED libcuda.so.1 (links the driver directly)"))
+    for lib in info.needed:  # the HIP runtime: one major per soname, as for CUDA's
+        match = re.fullmatch(r"libamdhip64\.so\.(\d+)", lib)
+        if match:
+            out.append(finding(f"hip.runtime == {match.group(1)}", f"DT_NEEDED {lib}"))
     return out
 
 

@@ -26,6 +26,13 @@ _register(probes.TRITON_FACTS, lambda f: probes.triton())
 _register(probes.TVM_FFI_FACTS, lambda f: probes.tvm_ffi())
 _register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
 _register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe())
+_register(("hip.runtime",), lambda f: _hip())
+
+
+def _hip() -> Mapping[str, str | None]:
+    from . import amd_probe  # only when a requirement names it
+
+    return amd_probe.hip_runtime()
 
 #: every fact name with a probe, in a stable order.
 FACT_NAMES: tuple[str, ...] = tuple(_GROUPS)
