@@ -160,7 +160,7 @@ def test_cuda_runtime_major_from_the_libraries_present(tmp_path: Path, monkeypat
     for name in ("libcudart.so.12", "libcudart.so.11.0", "libcudart.so.13"):
         (tmp_path / name).write_bytes(b"")
     monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(cuda_probe, "_loaded_cudart", lambda: None)
+    monkeypatch.setattr(cuda_probe, "loaded_major", lambda soname: None)
     assert cuda_probe.runtime_major() == "13"
     (tmp_path / "libcudart.so.13").unlink()
     assert cuda_probe.runtime_major() == "12"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 DEFAULT = "/sys/class/kfd/kfd/topology/nodes"
@@ -50,34 +49,12 @@ def hip_runtime() -> dict[str, str | None]:
     """hip.runtime: the HIP runtime's major (libamdhip64.so.N), in this order:
     1. a copy already loaded in this process, 2. $ROCM_PATH/lib, $HIP_PATH/lib,
     /opt/rocm/lib, 3. the system library folders. The highest major found wins."""
-    loaded = _loaded_hip()
-    if loaded is not None:
-        return {"hip.runtime": loaded}
-    majors = set()
-    for folder in hip_dirs():
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        majors.update(int(m.group(1)) for m in map(_HIP.fullmatch, names) if m)
-    return {"hip.runtime": str(max(majors)) if majors else None}
+    from .cuda_probe import highest_major, loaded_major
+
+    return {"hip.runtime": loaded_major(_HIP) or highest_major(_HIP, hip_dirs())}
 
 
 def hip_dirs() -> list[Path]:
     homes = [os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm"]
     system = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
     return [Path(h) / "lib" for h in homes if h] + [Path(d) for d in system]
-
-
-def _loaded_hip() -> str | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                match = _HIP.search(line)
-                if match:
-                    return match.group(1)
-    except OSError:
-        pass
-    return None

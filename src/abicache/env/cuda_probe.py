@@ -47,31 +47,34 @@ def runtime_dirs() -> list[Path]:
 
 
 def runtime_major() -> str | None:
-    loaded = _loaded_cudart()
-    if loaded is not None:
-        return loaded
-    majors = set()
-    for folder in runtime_dirs():
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        majors.update(int(m.group(1)) for m in map(_CUDART.fullmatch, names) if m)
-    return str(max(majors)) if majors else None
+    return loaded_major(_CUDART) or highest_major(_CUDART, runtime_dirs())
 
 
-def _loaded_cudart() -> str | None:
+def loaded_major(soname: re.Pattern[str]) -> str | None:
+    """The major of a library matching soname (group 1) already loaded in this process."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
-                match = _CUDART.search(line)
+                match = soname.search(line)
                 if match:
                     return match.group(1)
     except OSError:
         pass
     return None
+
+
+def highest_major(soname: re.Pattern[str], folders: list[Path]) -> str | None:
+    """The highest major of the files matching soname in these folders."""
+    majors = set()
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        majors.update(int(m.group(1)) for m in map(soname.fullmatch, names) if m)
+    return str(max(majors)) if majors else None
 
 
 def _driver() -> tuple[str | None, str | None]:
