@@ -229,9 +229,6 @@ def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, co
     return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
 
 
-
-
-
 def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]) -> CudaUnits:
     from .env import probes
 
@@ -241,9 +238,6 @@ def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]
     covered.append(str(Path(nvcc).resolve().parent.parent / "include"))
     key = ("-Xcompiler", "-fPIC", "-O2", "-std=c++17", *extra)
     return CudaUnits((str(nvcc),), (*key, *torch.includes), key)
-
-
-
 
 
 def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str | None,
@@ -326,12 +320,6 @@ class JitOptions(NamedTuple):
                              "torch.utils.cpp_extension (or leave sycl_sources, extra_sycl_cflags and with_sycl unset)")
         return cls(lenient(cflags), lenient(cuda_cflags), lenient(ldflags),
                    tuple(str(p).strip() for p in listed(include_paths)))
-
-
-
-
-
-
 
 
 def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
@@ -417,9 +405,6 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     if is_standalone:
         return _load_once(memo, build, lambda art: str(art.file()))
     return _load_once(memo, build, lambda art: _load(art, python_module=python_module))
-
-
-
 
 
 def _load(art: Artifact, *, python_module: bool) -> Any:

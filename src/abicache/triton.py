@@ -154,7 +154,9 @@ def _store() -> Cache:
         triton_dir = os.environ.get("TRITON_CACHE_DIR")
         if triton_dir and not os.environ.get("ABICACHE_DIR"):
             root = Path(triton_dir) / "abicache"
-            cache = _in_triton_dir.get(root) or _in_triton_dir.setdefault(root, Cache(root))
+            cache = _in_triton_dir.get(root)
+            if cache is None:
+                cache = _in_triton_dir[root] = Cache(root)
         else:
             cache = default_cache()
     return cache.pinned_by_key({"gpu.arch", "cuda.driver"})
