@@ -118,6 +118,38 @@ def test_libstdcxx_floors_are_read_from_the_library() -> None:
     assert facts.get("platform.cxxabi").startswith("1.3.")
 
 
+def test_the_loaded_libstdcxx_is_found_without_reading_the_process_maps() -> None:
+    """dlinfo's link map names the file /proc/self/maps shows (maybe through a link)."""
+    from abicache.env import probes
+
+    path = probes._libstdcxx_path()
+    if path is None:
+        pytest.skip("no libstdc++ here")
+    with open("/proc/self/maps") as maps:
+        mapped = {line.split(None, 5)[-1].strip() for line in maps if "/libstdc++.so" in line}
+    assert os.path.realpath(path) in {os.path.realpath(m) for m in mapped}
+
+
+@pytest.mark.parametrize("xdg, home", [
+    (None, "/home/someone"), ("/var/xdg-cache", "/home/someone"), ("relative/cache", "/home/someone"),
+    ("", "/home/someone"), ("/trailing/slash/", "/home/someone"), (None, "relative-home"), (None, None),
+])
+def test_the_default_root_is_platformdirs_answer(monkeypatch: pytest.MonkeyPatch, xdg: str | None,
+                                                 home: str | None) -> None:
+    """The fast path on Linux (no platformdirs import on a hit) agrees with platformdirs."""
+    import platformdirs
+
+    from abicache import config
+
+    for name, value in (("XDG_CACHE_HOME", xdg), ("HOME", home)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ABICACHE_DIR", raising=False)
+    assert config.default_root() == Path(platformdirs.user_cache_dir("abicache", appauthor=False))
+
+
 FAKE_DRIVER = r"""
 int cuDriverGetVersion(int* v) { *v = 13000; return 0; }
 int cuInit(unsigned flags) { return 0; }

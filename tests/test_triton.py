@@ -223,6 +223,41 @@ def test_put_writes_what_tritons_manager_writes(py311: str, tmp_path: Path) -> N
     assert out.stdout.split("\n")[:4] == [repr(b"raw"), repr(b"bytearray(b'ba')"), repr(b"text"), repr(b"7")]
 
 
+GROUP_RECORD = """
+import json, os, sys
+from pathlib import Path
+from triton.runtime.cache import FileCacheManager
+import abicache.triton
+key = "ef" * 32
+if sys.argv[1] == "put":
+    for manager in (abicache.triton.CacheManager(key), FileCacheManager(key)):
+        paths = {name: manager.put(name.encode(), name) for name in ("k.cubin", "k.json")}
+        print(json.dumps(Path(manager.put_group("k.json", paths)).name))
+else:
+    for manager in (abicache.triton.CacheManager(key), FileCacheManager(key)):
+        record = json.loads(open(manager.get_file("__grp__k.json")).read())
+        group = manager.get_group("k.json")
+        print(json.dumps([sorted(record), sorted(record["child_paths"]), record["child_paths"] == group,
+                          [open(p).read() for _, p in sorted(group.items())]]))
+"""
+
+
+def test_the_group_record_reads_as_tritons(py311: str, tmp_path: Path) -> None:
+    """put_group returns, and get_file("__grp__…") finds in a new process, a record
+    in Triton's own shape ({"child_paths": {...}}) naming the group's files."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s"),
+           "TRITON_CACHE_DIR": str(tmp_path / "t")}
+    put = subprocess.run([py311, "-c", GROUP_RECORD, "put"], capture_output=True, text=True, timeout=120, env=env)
+    assert put.returncode == 0, put.stderr[-2000:]
+    ours, tritons = put.stdout.split()
+    assert ours == tritons == json.dumps("__grp__k.json")
+    got = subprocess.run([py311, "-c", GROUP_RECORD, "get"], capture_output=True, text=True, timeout=120, env=env)
+    assert got.returncode == 0, got.stderr[-2000:]
+    ours, tritons = got.stdout.strip().splitlines()
+    assert json.loads(ours) == json.loads(tritons) == [["child_paths"], ["k.cubin", "k.json"], True,
+                                                       ["k.cubin", "k.json"]]
+
+
 @pytest.fixture(scope="module", params=["3.2.0", "3.6.0"])
 def older_triton(request: pytest.FixtureRequest) -> str:
     """A venv of this interpreter with another Triton (torch 2.6 pins 3.2; the GPU image has 3.6)."""

@@ -127,3 +127,46 @@ def test_torch_c_dlpack_addon_is_keyed_on_the_torch_build_and_python_abi(tmp_pat
     same_version_other_build = here.get("torch.build").replace("git=", "git=0") or "x"
     assert key() != key(**{"torch.build": same_version_other_build, "torch.version": version})
     assert key() != key(**{"python.abi": "cp312"})
+
+
+BLOB_READER = r"""
+extern "C" const char __tvm_ffi__cubin_kernels[];
+extern "C" const char __tvm_ffi__cubin_kernels_end[];
+int64_t blob_size() { return __tvm_ffi__cubin_kernels_end - __tvm_ffi__cubin_kernels; }
+int64_t blob_byte(int64_t i) { return static_cast<unsigned char>(__tvm_ffi__cubin_kernels[i]); }
+"""
+
+
+def test_embed_cubin_links_the_bytes_in_and_keys_on_them(tmp_path: Path) -> None:
+    """The symbols TVM_FFI_EMBED_CUBIN(kernels) declares hold exactly the bytes given;
+    other bytes are another entry, the same bytes a hit."""
+    import abicache.tvm_ffi as at
+    from abicache.errors import UsageError
+
+    cache = Cache(tmp_path / "store")
+    blob = bytes(range(256)) * 3 + b"tail"
+    mod = at.load_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
+                         embed_cubin={"kernels": blob}, cache=cache)
+    assert mod.blob_size() == len(blob) and [mod.blob_byte(i) for i in (0, 255, 256, len(blob) - 1)] == [0, 255, 0, 108]
+    again = at.build_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
+                            embed_cubin={"kernels": blob}, cache=cache)
+    other = at.build_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
+                            embed_cubin={"kernels": blob + b"!"}, cache=cache)
+    assert again.hit and not other.hit and other.key != again.key
+    assert (again.path / "kernels.cubin").read_bytes() == blob  # kept beside the module, as tvm-ffi keeps it
+    with pytest.raises(UsageError, match="C symbol"):
+        at.build_inline("abicache_embed", cpp_sources=BLOB_READER, embed_cubin={"my-kernels": blob}, cache=cache)
+
+
+def test_an_embedded_cubin_requires_its_gpu(tmp_path: Path) -> None:
+    """A real cubin (nvcc, sm_90) embedded in a module: the audit reads its target,
+    so the module requires a GPU that runs it, as a torch extension with kernels does."""
+    import abicache.tvm_ffi as at
+    from corpus import nvcc
+
+    cubin = nvcc(tmp_path / "k.cubin", "-cubin", "-arch=sm_90").read_bytes()
+    h100 = Cache(tmp_path / "store", facts=Facts().with_overrides({"gpu.arch": "sm_90"}))
+    art = at.build_inline("abicache_embed_gpu", cpp_sources=BLOB_READER, functions=["blob_size"],
+                          embed_cubin={"kernels": cubin}, cache=h100)
+    assert "gpu.arch ~= sm_90" in art.requirements.to_list()
+    assert art.manifest.audit["kernels.cubin"]["kind"] == "cubin"

@@ -208,24 +208,26 @@ def _here(sources: Any, cflags: Sequence[str]) -> str | None:
     """The working directory, where relative paths in sources or flags depend on it."""
     if not cflags and type(sources) in (list, tuple) and all(type(s) is str for s in sources):
         return None  # inline code: the common hit, kept to a few hundred nanoseconds
-    relative = any(isinstance(s, os.PathLike) and not os.path.isabs(s) for s in
-                   ([sources] if isinstance(sources, (str, os.PathLike, Mapping)) else sources))
+    single = type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping))
+    relative = any(hasattr(s, "__fspath__") and not os.path.isabs(s) for s in ([sources] if single else sources))
     return os.getcwd() if relative or any(f.startswith(("-I", "-isystem", "-iquote")) for f in cflags) else None
 
 
 def _fingerprint(sources: Sequence[Source] | Source) -> Any:
     """A cheap, hashable picture of the sources for the in-process memo."""
-    items = [sources] if isinstance(sources, (str, os.PathLike, Mapping)) else list(sources)
+    single = type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping))
     out: list[Any] = []
-    for item in items:
-        if isinstance(item, Mapping):
-            out.append(tuple(sorted(item.items())))
-        elif isinstance(item, os.PathLike):
+    for item in [sources] if single else sources:  # cheap tests first: isinstance(x, Mapping) is slow
+        if type(item) is str:
+            out.append(item)
+        elif hasattr(item, "__fspath__"):
             try:
                 st = os.stat(item)
                 out.append((os.fspath(item), st.st_size, st.st_mtime_ns, st.st_ino))
             except OSError:
                 out.append((os.fspath(item), None))  # collect_sources reports it
+        elif isinstance(item, Mapping):
+            out.append(tuple(sorted(item.items())))
         else:
             out.append(item)
     return tuple(out)

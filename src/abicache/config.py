@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 from .errors import ConfigError
@@ -31,6 +32,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_SIGNING_KEY": ("", "Ed25519 private key file (PEM) that signs uploaded manifests"),
     "ABICACHE_TRUSTED_KEYS": ("", "comma-separated public keys (ed25519:...) or files of them; "
                               "when set, remote manifests must carry a signature by one of them"),
+    "ABICACHE_DROPIN": ("", "torch, tvm_ffi (comma-separated) or all: route those libraries' JIT "
+                        "load/load_inline through abicache with no code change (needs the wheel's .pth)"),
     "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 
@@ -40,10 +43,27 @@ def default_root() -> Path:
     explicit = os.environ.get("ABICACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    # Imported here: platformdirs costs ~3 ms and is not needed when ABICACHE_DIR is set.
+    common = _xdg_cache_root()
+    if common is not None:
+        return common
+    # Imported here: platformdirs costs 2 to 4 ms, as much as a whole hit.
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("abicache", appauthor=False))
+
+
+def _xdg_cache_root() -> Path | None:
+    """platformdirs' answer on Linux in the common case, without importing it:
+    $XDG_CACHE_HOME/abicache where that is absolute, else ~/.cache/abicache
+    with an absolute $HOME. None leaves the rest (Android, a relative HOME,
+    other systems) to platformdirs; tests/test_env.py compares the two."""
+    if sys.platform != "linux" or hasattr(sys, "getandroidapilevel") or os.environ.get("ANDROID_ROOT"):
+        return None
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg, "abicache")
+    home = os.environ.get("HOME", "")
+    return Path(home, ".cache", "abicache") if os.path.isabs(home) else None
 
 
 def text(name: str) -> str:

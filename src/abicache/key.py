@@ -20,7 +20,8 @@ class FactSource(Protocol):
 
 
 def _digest(data: str | bytes) -> str:
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    # surrogateescape: a source file's non-UTF-8 bytes come back as they were read (tree.read_source)
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
     return hashlib.sha256(raw).hexdigest()
 
 

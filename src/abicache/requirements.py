@@ -80,6 +80,9 @@ class Requirement(_RequirementFields):
 
     @classmethod
     def parse(cls, text: str) -> Requirement:
+        known = _PARSED.get(text)
+        if known is not None and type(known) is cls:
+            return known  # a manifest lists each requirement twice (requirements, and declared or detected)
         match = _LINE.match(text)
         if match is None:
             raise RequirementSyntaxError(
@@ -87,7 +90,12 @@ class Requirement(_RequirementFields):
                 + ", ".join(OPERATORS)
             )
         name, op, value = match.groups()
-        return cls(name, op.strip(), value)
+        op = op.strip()
+        # _LINE has checked the name and the operator
+        parsed = _RequirementFields.__new__(cls, name, op, _canonical_value(op, value))
+        if len(_PARSED) < 4096:
+            _PARSED[text] = parsed
+        return parsed
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -107,6 +115,10 @@ class Requirement(_RequirementFields):
         else:
             ok = _gpu_compatible(have, self.values)
         return None if ok else f"{self}: this environment has {self.name} = {have}"
+
+
+#: requirement text -> its parsed value (immutable), for the lookups of one process
+_PARSED: dict[str, Requirement] = {}
 
 
 def _at_least(have: str, want: str) -> bool:

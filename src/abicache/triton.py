@@ -229,7 +229,10 @@ class CacheManager:
             (out / GROUP).write_text(json.dumps(names))
 
         art = self.cache.get_or_build(KIND, _kernel_name(filename), self._inputs(), build)
-        return str(art.path / GROUP)
+        # Triton's own record of the group, as its manager writes it: what get_file("__grp__…")
+        # gives a reader that opens it, and the path put_group returns.
+        children = {name: str(art.path / name) for name in names if name in art.files}
+        return self.put(json.dumps({"child_paths": children}), f"__grp__{filename}", binary=False)
 
 
 class RemoteCacheBackend:

@@ -19,12 +19,14 @@ tvm-ffi's own cache gets wrong, this does not:
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .build import tree as trees
 from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
-from .build.job import CudaUnits, Job
+from .build.job import CudaUnits, Embedding, Job
 from .cache import Artifact, Cache, default_cache
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
 from .errors import AbicacheError, UsageError
@@ -87,7 +89,7 @@ def inline_sources(cpp_sources: Sequence[str] | str | None, cuda_sources: Sequen
 
 def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, extra_cflags: Any = None,
          extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
-         backend: str | None = None, facts: Any = None) -> Plan:
+         backend: str | None = None, embed_cubin: Mapping[str, bytes] | None = None, facts: Any = None) -> Plan:
     if backend not in (None, "cuda"):
         raise UsageError(f"backend={backend!r}: abicache.tvm_ffi builds for the CPU and CUDA (ROCm/HIP not yet)")
     ffi = TvmFfiInstall()
@@ -100,15 +102,36 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, extra_cflags:
     nvcc = _nvcc(system, (*lenient(extra_cuda_cflags), *cuda_arch_flags(facts))) if cuda else None
     libs = ("-ltvm_ffi", *(("-lcudart",) if cuda else ()))
     tail = (f"-L{ffi.library.parent}", *cudart_link(libs), *lenient(extra_ldflags))
+    embed = _embedding(embed_cubin)
     job = Job(f"tvm-ffi module {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
-              (*KEY_CFLAGS, *system), KEY_CFLAGS, ("-shared",), tail, f"{name}.so", ffi.includes, nvcc)
+              (*KEY_CFLAGS, *system), KEY_CFLAGS, ("-shared",), tail, f"{name}.so", ffi.includes, nvcc,
+              embed=embed)
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
-    inputs = Inputs.make(tree.key_sources(), flags=["-shared", *KEY_CFLAGS, *tree.key_flags, *nvcc_key, "|", *libs,
+    blobs = {f"{n}.cubin": data for n, data in embed.blobs} if embed else {}
+    inputs = Inputs.make({**tree.key_sources(), **blobs}, flags=["-shared", *KEY_CFLAGS, *tree.key_flags, *nvcc_key, "|", *libs,
                                                   *lenient(extra_ldflags)],
                          tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])],
                          extra={"tvm_ffi": ffi.version})
     return Plan("tvm_ffi.module", name, inputs, None, (f"tvm_ffi.version == {ffi.version}",), bases=tree.bases,
                 job=job)
+
+
+def _embedding(embed_cubin: Mapping[str, bytes] | None) -> Embedding | None:
+    """tvm-ffi's embed_cubin: each cubin linked in as data, by tvm-ffi's own tool, under
+    the symbols TVM_FFI_EMBED_CUBIN(name) declares."""
+    if not embed_cubin:
+        return None
+    if os.name == "nt":
+        raise UsageError("embed_cubin needs ld and objcopy (Linux, macOS), as tvm_ffi.cpp.load_inline does")
+    blobs = []
+    for cubin, data in sorted(embed_cubin.items()):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(cubin)):
+            raise UsageError(f"embed_cubin name {cubin!r}: it becomes a C symbol (__tvm_ffi__cubin_{cubin}); "
+                             "use letters, digits and underscores")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise UsageError(f"embed_cubin[{cubin!r}] is a {type(data).__name__}; give the cubin's bytes")
+        blobs.append((str(cubin), bytes(data)))
+    return Embedding((sys.executable, "-m", "tvm_ffi.utils.embed_cubin"), tuple(blobs))
 
 
 def _nvcc(system: tuple[str, ...], extra: tuple[str, ...]) -> CudaUnits:
@@ -127,14 +150,11 @@ def build_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
                  build_directory: str | None = None, embed_cubin: Mapping[str, bytes] | None = None,
                  backend: str | None = None, cache: Cache | None = None) -> Artifact:
     """The cached build of tvm_ffi.cpp.build_inline's library, not loaded."""
-    if embed_cubin:
-        raise UsageError("embed_cubin is not supported by abicache.tvm_ffi yet: compile the kernel with "
-                         "abicache.cuda.compile and load it at run time, or use tvm_ffi.cpp.load_inline")
     cache = cache or default_cache()
     sources = inline_sources(cpp_sources, cuda_sources, functions)
     art = plan(name, sources, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, backend=backend,
-               facts=cache.facts).run(cache)
+               embed_cubin=embed_cubin, facts=cache.facts).run(cache)
     keep_copy(build_directory, art, sources)
     return art
 
@@ -182,7 +202,7 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
 def _load(art: Artifact, keep_module_alive: bool) -> Any:
     import tvm_ffi
 
-    return tvm_ffi.load_module(str(art.file()), keep_module_alive=keep_module_alive)
+    return tvm_ffi.load_module(str(art.file(f"{art.name}.so")), keep_module_alive=keep_module_alive)
 
 
 def build_torch_c_dlpack_addon(cache: Cache | None = None, *, verbose: bool = False) -> Artifact:

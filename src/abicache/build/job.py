@@ -16,6 +16,16 @@ class CudaUnits(NamedTuple):
     key_flags: tuple[str, ...]  # as they go into the object's key
 
 
+class Embedding(NamedTuple):
+    """Binary blobs linked into the output as data (tvm-ffi's embed_cubin): the
+    units' objects are merged (ld -r), then `command` adds each blob in turn
+    (--input-obj, --output-obj, --cubin FILE, --name NAME), then the result is
+    linked. The blobs' bytes go into the key."""
+
+    command: tuple[str, ...]
+    blobs: tuple[tuple[str, bytes], ...]  # (name, bytes), sorted by name
+
+
 class Job(NamedTuple):
     """One output built from a tree."""
 
@@ -32,3 +42,4 @@ class Job(NamedTuple):
     covered: tuple[str, ...] = ()  # the frontend's covered roots (torch, CUDA, Python includes)
     cuda: CudaUnits | None = None  # how .cu units compile (torch extensions with CUDA sources)
     verbose: bool = False  # print every compiler command
+    embed: Embedding | None = None  # blobs linked in as data

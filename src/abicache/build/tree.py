@@ -61,7 +61,7 @@ class Tree(NamedTuple):
         for f in self.inline():
             target = scratch / f.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(f.code)
+            target.write_bytes(f.code.encode("utf-8", "surrogateescape"))
         return {f.name: f.path or str(scratch / f.name) for f in self.units}
 
 
@@ -74,20 +74,21 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
         sources = [sources]
     files: list[File] = []
     paths: list[str] = []
+    cwd = os.getcwd()
     for i, item in enumerate(sources):
         if isinstance(item, str):
             files.append(File(f"source{i}{ext}", item, None))
         elif hasattr(item, "__fspath__"):
-            paths.append(roots.normal(os.fspath(item)))
+            paths.append(roots.normal(os.fspath(item), cwd))
         elif isinstance(item, Mapping):
             files += [File(str(k), str(v), None) for k, v in item.items()]
         else:
             raise AbicacheError(f"source {i} is a {type(item).__name__}; pass str code, a Path or a dict")
-    bases: dict[str, str] = {"cwd": os.getcwd()}
+    bases: dict[str, str] = {"cwd": cwd}
     if paths:
         top = os.path.commonpath([os.path.dirname(p) for p in paths])
         bases["src"] = top
-        files += [File(os.path.relpath(p, top), _read(p), p) for p in paths]
+        files += [File(_inside(p, top), read_source(p), p) for p in paths]
     names = [f.name for f in files]
     if len(set(names)) != len(names):
         raise AbicacheError(f"two sources share a name: {sorted(n for n in names if names.count(n) > 1)}")
@@ -97,11 +98,30 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
     return Tree(tuple(files), bases, flags, key_flags)
 
 
-def _read(path: str) -> str:
+def _inside(path: str, top: str) -> str:
+    """os.path.relpath for a normal path below top, without its cost (a lookup runs this per source)."""
+    prefix = top if top.endswith("/") else top + "/"
+    return path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, top)
+
+
+def read_source(path: str) -> str:
+    """A source file's bytes as text: UTF-8, with any other byte kept as a
+    lone surrogate (surrogateescape), and line ends as they are. The key
+    hashes exactly the bytes the compiler reads, whatever the locale; a
+    Latin-1 comment is no error (gcc takes it)."""
     try:
-        return Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise AbicacheError(f"cannot read source file {path}: {exc.strerror}") from None
+    try:
+        chunks = [os.read(fd, os.fstat(fd).st_size + 1)]  # one read for a file that does not grow
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
+    except OSError as exc:
+        raise AbicacheError(f"cannot read source file {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def include_bases(flags: Sequence[str], bases: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -19,16 +19,18 @@ once: the recorded bytes must be the ones compiled.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..errors import BuildError
+from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 from ..requirements import Requirements
 from ..store.manifest import Dependency
 from . import depfile, pool, roots
+from . import tree as trees
 from .job import Job
 from .tree import File, dependencies, prefix_maps
 
@@ -45,17 +47,40 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
     with tempfile.TemporaryDirectory(prefix="abicache-build-") as scratch:
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
-        if len(units) == 1 and not _is_cuda(units[0]):
+        if len(units) == 1 and not _is_cuda(units[0]) and job.embed is None:
             argv = [*job.compiler, *job.link, *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
                     *prefix_maps(job.tree.bases, scratch)]
             return _compile(argv, units[0], paths[units[0].name], out / job.output, list(job.ldflags),
                             job, covered, scratch, run)
         objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, run),
                            units, lambda unit: unit.name, job.what)
-        argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *(str(a.file()) for a in objects),
-                "-o", str(out / job.output), *job.ldflags]
+        inputs = [str(a.file()) for a in objects]
+        if job.embed is not None:
+            inputs = [_embedded(job, inputs, Path(scratch), out, run)]
+        argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *inputs, "-o", str(out / job.output),
+                *job.ldflags]
         run(argv, Path(os.getcwd()), job.what)
         return sorted({d for a in objects for d in a.manifest.deps})
+
+
+def _embedded(job: Job, objects: list[str], scratch: Path, out: Path, run: Runner) -> str:
+    """One object: the units' objects merged, then each blob added by the
+    embedding command. Each blob is also kept in the output folder, where the
+    audit reads what it needs (a cubin's GPU target) as for any artifact."""
+    assert job.embed is not None
+    current = scratch / "merged.o"
+    if len(objects) == 1:
+        shutil.copyfile(objects[0], current)  # as tvm-ffi: `ld -r` of one object only rewrites it
+    else:
+        run(["ld", "-r", "-o", str(current), *objects], scratch, f"{job.what}: merging objects")
+    for name, data in job.embed.blobs:
+        blob = out / f"{name}.cubin"
+        blob.write_bytes(data)
+        following = scratch / f"merged_with_{name}.o"
+        run([*job.embed.command, "--input-obj", str(current), "--output-obj", str(following), "--cubin", str(blob),
+             "--name", name], scratch, f"{job.what}: embedding {name}")
+        current = following
+    return str(current)
 
 
 def _object(job: Job, cache: Cache, unit: File, path: str, covered: Sequence[str], scratch: str,
@@ -134,8 +159,8 @@ def _same(unit: File, path: str) -> bool:
     if unit.path is None:
         return True
     try:
-        return Path(path).read_text() == unit.code
-    except OSError:
+        return trees.read_source(path) == unit.code
+    except AbicacheError:
         return False
 
 

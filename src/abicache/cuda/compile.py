@@ -118,7 +118,7 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
 
         with tempfile.TemporaryDirectory(prefix="abicache-nvcc-") as scratch:
             src = Path(scratch) / tree.files[0].name
-            src.write_text(tree.files[0].code)
+            src.write_bytes(tree.files[0].code.encode("utf-8", "surrogateescape"))  # the bytes it was read as
             dfile = Path(scratch) / "deps.d"
             run_compiler([str(nvcc), f"-{output}", *arch_flags, *tree.flags, str(src), "-o", str(out / filename),
                           "-MD", "-MF", str(dfile)], Path(os.getcwd()), f"CUDA {output} {name}")

@@ -27,7 +27,8 @@ def which(command: str) -> Path | None:
 
 
 def _executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    # access() first: one system call, and no exception, for each folder of PATH that lacks it
+    return os.access(path, os.X_OK) and os.path.isfile(path)
 
 
 def run_tool(argv: list[str]) -> str:
@@ -84,10 +85,14 @@ def _read_record(record: Path | None, stamp: tuple[Any, ...]) -> str | None:
     if record is None:
         return None
     try:
-        data = json.loads(record.read_text())
+        with open(record, "rb") as file:
+            data = json.loads(file.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("stamp") != json.loads(json.dumps(list(stamp))):
+    if not isinstance(data, dict):
+        return None
+    seen = data.get("stamp")
+    if seen != list(stamp) and seen != json.loads(json.dumps(list(stamp))):  # as JSON keeps it
         return None
     value = data.get("value")
     return value if isinstance(value, str) else None

@@ -10,13 +10,22 @@ digest, remembered in this process and in the entry's stamp (stamps.py) for
 the next one. So a hit stats each dependency and hashes only those whose
 witness changed; a witness younger than stamps.RACY_SECONDS is never trusted
 (an edit in the same clock tick could leave it unchanged).
+
+The common hit changes nothing: `summary` digests the witnesses of all
+dependencies at once, and a summary the entry's stamp holds (written only
+when each of them was found current and settled) vouches for them all, with
+one stat per file and no per-file bookkeeping. The witness includes the
+ctime, which no write can leave unchanged nor set back, so a summary never
+matches again once a file was touched in any way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
+from array import array
 from typing import Mapping, Sequence
 
 from . import blobs, stamps
@@ -84,6 +93,70 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
         if _settled(w, seen):
             current[path] = w
     return None, current
+
+
+def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
+            current: Mapping[str, Witness] | None = None) -> str | None:
+    """A digest of the bases and of every dependency's witness, from fresh
+    stats or from `current` (first_changed's settled witnesses); None where a
+    file is missing or, from `current`, was not settled."""
+    flat = _stat_all(deps, bases) if current is None else _from_current(deps, bases, current)
+    if flat is None:
+        return None
+    digest = hashlib.blake2b(repr(sorted(bases.items())).encode(), digest_size=16)
+    try:
+        digest.update(array("q", flat).tobytes())
+    except OverflowError:  # an inode number above 2**63
+        digest.update(repr(flat).encode())
+    return digest.hexdigest()
+
+
+def _from_current(deps: Sequence[Dependency], bases: Mapping[str, str],
+                  current: Mapping[str, Witness]) -> list[int] | None:
+    flat: list[int] = []
+    for dep in deps:
+        path = resolve(dep, bases)
+        w = None if path is None else current.get(path)
+        if w is None:
+            return None
+        flat += w
+    return flat
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _stat_all(deps: Sequence[Dependency], bases: Mapping[str, str]) -> list[int] | None:
+    """Every dependency's witness, flattened; None if one is missing. Where the
+    platform allows, each file is stat'ed relative to its base folder, opened
+    once: the kernel walks two path parts, not ten (a fifth of a hit's time)."""
+    if os.stat not in os.supports_dir_fd:
+        paths = [resolve(dep, bases) for dep in deps]
+        try:
+            return _from_current(deps, bases, {p: witness(os.stat(p)) for p in paths if p is not None})
+        except OSError:
+            return None
+    folders: dict[str, int] = {}
+    flat: list[int] = []
+    try:
+        for dep in deps:
+            if dep.base == "abs":
+                st = os.stat(dep.path)
+            else:
+                fd = folders.get(dep.base)
+                if fd is None:
+                    root = bases.get(dep.base)
+                    if root is None:
+                        return None
+                    fd = folders[dep.base] = os.open(root, _DIR_FLAGS)
+                st = os.stat(dep.path, dir_fd=fd)
+            flat += (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        return None
+    finally:
+        for fd in folders.values():
+            os.close(fd)
+    return flat
 
 
 class Current:

@@ -110,7 +110,7 @@ class Store:
             st = os.fstat(fd)
             if not self.trust.ok(st):
                 raise ManifestError(self.trust.problem(st, mf.FILENAME) or "untrusted")
-            data = _read_upto(fd, mf.MAX_BYTES + 1)
+            data = _read_upto(fd, mf.MAX_BYTES + 1, st.st_size)
         finally:
             os.close(fd)
         manifest = mf.parse(data, local=True)
@@ -180,7 +180,7 @@ class Store:
         if hashed:
             every = len(hashed) == len(manifest.files)
             kept = {p: w for p, w in stamp.files.items() if p not in hashed}
-            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps, seen_ns=seen)
+            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps_ok, seen_ns=seen)
         return None
 
     def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
@@ -188,9 +188,12 @@ class Store:
         current); witnesses of current ones are remembered in its stamp for
         the next process."""
         stamp = stamps.read(vdir, self.trust.ok)
-        changed, current = deps.first_changed(manifest.deps, bases, stamp.deps)
+        if stamp.deps_ok and deps.summary(manifest.deps, bases) in stamp.deps_ok:
+            return None  # the common hit: no file was touched since all were found current
+        remembered = stamps.read_deps(vdir, self.trust.ok)
+        changed, current = deps.first_changed(manifest.deps, bases, remembered)
         if changed is None and current:
-            stamps.remember_deps(vdir, stamp, current)
+            stamps.remember_deps(vdir, stamp, remembered, current, deps.summary(manifest.deps, bases, current))
         return changed
 
     def _file_problem(self, record: FileRecord, st: os.stat_result) -> str | None:
@@ -517,9 +520,13 @@ class Store:
             return None
 
 
-def _read_upto(fd: int, limit: int) -> bytes:
+def _read_upto(fd: int, limit: int, size_hint: int = 1 << 20) -> bytes:
+    """At most `limit` bytes; the first read asks for size_hint + 1 (the
+    file's size, where known: no megabyte buffer allocated for a small file)."""
     chunks, size = [], 0
-    while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
+    step = min(size_hint + 1, 1 << 20)
+    while size < limit and (chunk := os.read(fd, min(step, limit - size))):
+        step = 1 << 20
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)

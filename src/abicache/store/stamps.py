@@ -20,6 +20,12 @@ Two details make this sound:
 - Shared blobs: linking a blob into a new entry (or gc unlinking one) also
   changes its ctime; the next hit of every entry sharing it re-hashes once
   and re-stamps. That costs a hash, never a wrong answer.
+
+An entry compiled from project headers (deps.py) also keeps, beside its
+stamp, the witness of each header at which it last held its recorded bytes
+(DEPS_FILENAME, read only when something changed), and in the stamp the
+summaries (deps.summary) of the last few sets of witnesses found wholly
+current: a hit stats its headers and compares one digest.
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 FILENAME = ".abicache-stamp"
+DEPS_FILENAME = ".abicache-deps"
+#: summaries kept per entry: one per checkout (base folders) that uses it, the newest first
+MAX_SUMMARIES = 8
 #: a ctime younger than this is not trusted yet (timestamp granularity is a
 #: clock tick on Linux, up to 2 s on some filesystems)
 RACY_SECONDS = 2.0
@@ -58,13 +67,13 @@ def witness(st: os.stat_result) -> Witness:
 class Stamp:
     """What the last full check of a variant found, read from its stamp file."""
 
-    __slots__ = ("verified", "files", "deps")
+    __slots__ = ("verified", "files", "deps_ok")
 
     def __init__(self, verified: float = 0.0, files: Mapping[str, Witness] | None = None,
-                 deps: Mapping[str, Sequence[int]] | None = None, force: bool = False) -> None:
+                 deps_ok: Sequence[str] = ()) -> None:
         self.verified = verified
         self.files = dict(files or {})
-        self.deps = dict(deps or {})  # dependency file -> witness at which it held its recorded bytes
+        self.deps_ok = tuple(deps_ok)  # summaries of dependency witnesses found current
 
     def vouches_for(self, path: str, st: os.stat_result) -> bool:
         return self.files.get(path) == witness(st)
@@ -72,27 +81,37 @@ class Stamp:
 
 def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
     """The variant's stamp; an empty one if absent, unreadable or not trusted."""
+    doc = _read_json(vdir / FILENAME, trusted)
     try:
-        fd = os.open(vdir / FILENAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return Stamp()
-    try:
-        if not trusted(os.fstat(fd)):
-            return Stamp()
-        doc = json.loads(os.read(fd, _MAX_BYTES))
         files = {str(p): (int(w[0]), int(w[1]), int(w[2])) for p, w in doc["files"].items()}
-        deps = doc.get("deps", {})  # path -> [inode, size, mtime, ctime]; a wrong one only fails to vouch
-        if not isinstance(deps, dict):
-            deps = {}
-        return Stamp(float(doc["verified"]), files, deps)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        deps_ok = doc.get("deps_ok", [])  # a wrong one only fails to vouch
+        return Stamp(float(doc["verified"]), files, [d for d in deps_ok if type(d) is str][:MAX_SUMMARIES])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return Stamp()
+
+
+def read_deps(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> dict[str, list[int]]:
+    """Dependency file -> the witness at which it held its recorded bytes."""
+    doc = _read_json(vdir / DEPS_FILENAME, trusted)
+    return doc if isinstance(doc, dict) else {}  # a wrong witness only fails to vouch
+
+
+def _read_json(path: Path, trusted: Callable[[os.stat_result], bool]) -> Any:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        return json.loads(os.read(fd, min(st.st_size + 1, _MAX_BYTES))) if trusted(st) else {}
+    except (OSError, ValueError):
+        return {}
     finally:
         os.close(fd)
 
 
 def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float,
-          deps: Mapping[str, Sequence[int]] | None = None, force: bool = False, seen_ns: int | None = None) -> None:
+          deps_ok: Sequence[str] = (), force: bool = False, seen_ns: int | None = None) -> None:
     """Record the files just hashed (all of them matched) beside those the old
     stamp still vouches for. Racy ones are left out and will be hashed again;
     when that leaves nothing new, nothing is written (a hit right after a
@@ -106,26 +125,33 @@ def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness]
     if not fresh and not force:
         return
     files = {**{p: list(w) for p, w in kept.items()}, **fresh}
-    doc = {"verified": verified, "files": files, "deps": {p: list(w) for p, w in (deps or {}).items()}}
-    _replace(vdir, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
+    doc = {"verified": verified, "files": files, "deps_ok": list(deps_ok)}
+    _replace(vdir, FILENAME, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
 
 
-def remember_deps(vdir: Path, stamp: Stamp, current: Mapping[str, Sequence[int]]) -> None:
-    """Add the witnesses of dependencies just found current (if any are new)."""
-    if all(stamp.deps.get(p) == [*w] for p, w in current.items()):
-        return
-    write(vdir, stamp.files, {}, stamp.verified, {**stamp.deps, **current}, force=True)
+def remember_deps(vdir: Path, stamp: Stamp, remembered: Mapping[str, Sequence[int]],
+                  current: Mapping[str, Sequence[int]], summary: str | None) -> None:
+    """Add the witnesses of dependencies just found current (if any are new)
+    and, where every one was settled, their summary."""
+    if not all(remembered.get(p) == [*w] for p, w in current.items()):
+        merged = {**remembered, **{p: list(w) for p, w in current.items()}}
+        if len(merged) > 8 * len(current) + 64:  # many checkouts over time: keep the ones in use
+            merged = {p: list(w) for p, w in current.items()}
+        _replace(vdir, DEPS_FILENAME, json.dumps(merged, separators=(",", ":")).encode(), time.time_ns())
+    if summary is not None and summary not in stamp.deps_ok:
+        kept = (summary, *stamp.deps_ok)[:MAX_SUMMARIES]
+        write(vdir, stamp.files, {}, stamp.verified, kept, force=True)
 
 
-def _replace(vdir: Path, data: bytes, now_ns: int) -> None:
-    temp = vdir / f"{FILENAME}.{os.getpid()}-{now_ns}"
+def _replace(vdir: Path, name: str, data: bytes, now_ns: int) -> None:
+    temp = vdir / f"{name}.{os.getpid()}-{now_ns}"
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
-        os.replace(temp, vdir / FILENAME)
+        os.replace(temp, vdir / name)
     except OSError:
         try:
             os.unlink(temp)

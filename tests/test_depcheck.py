@@ -1,0 +1,149 @@
+"""The header check of a hit (store/deps.py, store/stamps.py): a summary of
+every header's witness vouches for all of them at once, and stops vouching
+the moment any one is touched, whatever the edit restores; sources are keyed
+on their bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.store import deps as depcheck
+from abicache.store import manifest as mf
+from abicache.store import stamps
+from conftest import need
+
+LIB = '#include "helper.h"\nextern "C" int answer() { return helper(); }\n'
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory() -> None:
+    depcheck.forget()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    need("c++")
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "lib.cpp").write_text(LIB)
+    (root / "helper.h").write_text("inline int helper() { return 41; }\n")
+    return root
+
+
+def _settle() -> None:
+    time.sleep(stamps.FINE_SECONDS * 3)  # witnesses younger than this are never remembered
+
+
+def _stamp(cache: Cache, art_path: Path) -> stamps.Stamp:
+    return stamps.read(art_path, cache.store.trust.ok)
+
+
+def test_the_summary_vouches_until_a_header_is_touched(project: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    src = [project / "lib.cpp"]
+    built = cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    _settle()
+    first = cc.build_library("x", src, cache=Cache(tmp_path / "store"))  # checks each header, then remembers
+    assert first.hit and first.path == built.path
+    assert len(_stamp(Cache(tmp_path / "store"), first.path).deps_ok) == 1
+
+    def per_file(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the summary should have vouched for every header")
+
+    with monkeypatch.context() as m:
+        m.setattr(depcheck, "first_changed", per_file)
+        assert cc.build_library("x", src, cache=Cache(tmp_path / "store")).hit
+
+    # Same size, and the old mtime put back: only the ctime tells. Not a hit.
+    header = project / "helper.h"
+    before = header.stat()
+    header.write_text("inline int helper() { return 42; }\n")
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert header.stat().st_size == before.st_size
+    depcheck.forget()
+    lib = cc.load_library("x", src, cache=Cache(tmp_path / "store"))
+    assert lib.answer() == 42
+
+
+def test_a_touch_is_checked_once_then_vouched_for_again(project: Path, tmp_path: Path) -> None:
+    src = [project / "lib.cpp"]
+    cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    _settle()
+    art = cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    old = _stamp(Cache(tmp_path / "store"), art.path).deps_ok
+    os.utime(project / "helper.h")  # the bytes are the same: still a hit, with a new summary
+    _settle()
+    depcheck.forget()
+    again = cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    assert again.hit and again.path == art.path
+    new = _stamp(Cache(tmp_path / "store"), art.path).deps_ok
+    assert len(new) == 2 and new[1:] == old
+
+
+def test_two_checkouts_keep_a_summary_each(project: Path, tmp_path: Path) -> None:
+    import shutil
+
+    clone = tmp_path / "clone"
+    shutil.copytree(project, clone)
+    cache = tmp_path / "store"
+    a = cc.build_library("x", [project / "lib.cpp"], cache=Cache(cache))
+    _settle()
+    b = cc.build_library("x", [clone / "lib.cpp"], cache=Cache(cache))
+    assert b.path == a.path  # one entry for both checkouts
+    _settle()
+    cc.build_library("x", [project / "lib.cpp"], cache=Cache(cache))
+    cc.build_library("x", [clone / "lib.cpp"], cache=Cache(cache))
+    assert len(_stamp(Cache(cache), a.path).deps_ok) == 2
+
+
+def test_a_damaged_stamp_only_costs_a_check(project: Path, tmp_path: Path) -> None:
+    src = [project / "lib.cpp"]
+    cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    _settle()
+    art = cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    for name in (stamps.FILENAME, stamps.DEPS_FILENAME):
+        path = art.path / name
+        path.chmod(0o644)
+        path.write_text('{"verified": "x", "files": 3, "deps_ok": [1, null]}')
+        path.chmod(0o444)
+    depcheck.forget()
+    assert cc.load_library("x", src, cache=Cache(tmp_path / "store")).answer() == 41
+
+
+def test_sources_are_keyed_on_their_bytes(tmp_path: Path) -> None:
+    """A Latin-1 comment and CRLF line ends compile as gcc takes them; two
+    sources that differ in one such byte are two entries."""
+    need("c++")
+    cache = Cache(tmp_path / "store")
+    paths = []
+    for i, byte in enumerate((b"\xe9", b"\xe8")):
+        path = tmp_path / f"v{i}" / "lib.cpp"
+        path.parent.mkdir()
+        path.write_bytes(b"// caf" + byte + b"\r\nextern \"C\" int answer() { return 7; }\r\n")
+        paths.append(path)
+    first = cc.build_library("latin", [paths[0]], cache=cache)
+    second = cc.build_library("latin", [paths[1]], cache=cache)
+    assert first.key != second.key
+    assert cc.load_library("latin", [paths[0]], cache=cache).answer() == 7
+
+
+def test_manifest_dependencies_are_read_in_canonical_order(tmp_path: Path) -> None:
+    sha = "0" * 64
+    doc = {"schema": mf.SCHEMA, "key": "a" * 64, "kind": "cc.library", "name": "x",
+           "files": {"libx.so": {"sha256": sha, "size": 1, "mode": 0o555}},
+           "requirements": [], "abicache_version": "0", "created": 0, "build_seconds": 0,
+           "deps": [["src", "b.h", sha], ["src", "a.h", sha], ["src", "b.h", sha]]}
+    doc["variant"] = mf.variant_id(mf.Requirements(), tuple(mf.Dependency(*d) for d in doc["deps"]))
+    for local in (True, False):
+        got = mf.parse(json.dumps(doc).encode(), local=local)
+        assert [d.path for d in got.deps] == ["a.h", "b.h"]
+    doc["deps"][0] = ["src", "b.h", 5]
+    with pytest.raises(mf.ManifestError, match="dependency"):
+        mf.parse(json.dumps(doc).encode(), local=True)
