@@ -13,6 +13,9 @@ command -v c++ >/dev/null 2>&1 || apt_packages+=(g++)
 command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
 # llvm-readobj: LLVM's reader of AMDGPU code objects, the reference the AMD audit is checked against
 command -v llvm-readobj >/dev/null 2>&1 || apt_packages+=(llvm)
+# clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD
+# offload bundle, no ROCm needed, and LLVM's own reader of bundles for the audit's tests
+compgen -G "/usr/lib/llvm-*/bin/clang-offload-bundler" >/dev/null || apt_packages+=(clang lld clang-tools)
 if ((${#apt_packages[@]})); then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "bootstrap: installing ${apt_packages[*]} with apt-get"

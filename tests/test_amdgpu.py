@@ -181,3 +181,138 @@ def test_a_host_library_linking_the_hip_runtime_requires_its_major(tmp_path: Pat
     assert Requirement.parse("hip.runtime == 6").check(Facts()) is None
     hip.rename(rocm / "libamdhip64.so.7")  # another major installed: refused with the reason
     assert "this environment has hip.runtime = 7" in Requirement.parse("hip.runtime == 6").check(Facts())
+
+
+# ---- offload bundles: hipcc's device code inside host libraries ---------------------------------
+
+HIP_SOURCE = """
+#include <stddef.h>
+struct dim3 { unsigned x, y, z; };  /* what clang's launch stub needs, without ROCm's headers */
+extern "C" int hipLaunchKernel(const void* f, dim3 grid, dim3 block, void** args, size_t shared, void* stream);
+extern "C" __attribute__((global)) void scale(float* x, float a) { x[0] *= a; }
+extern "C" int host_side(int v) { return v + 1; }
+"""
+HIP_TARGETS = ("gfx90a", "gfx908:xnack-", "gfx1030")
+
+
+def _llvm_tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for folder in sorted(Path("/usr/lib").glob("llvm-*/bin"), reverse=True):
+        if (folder / name).is_file():
+            return str(folder / name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def hip_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A host library with a .hip_fatbin, compiled by clang's HIP toolchain (no ROCm: Debian's
+    clang, lld and clang-offload-bundler), linked by gcc as a user's extension would be."""
+    clang = _llvm_tool("clang++")
+    if clang is None or _llvm_tool("clang-offload-bundler") is None or _llvm_tool("ld.lld") is None:
+        pytest.skip("clang, lld and clang-offload-bundler are not installed (apt-get install clang lld clang-tools)")
+    work = tmp_path_factory.mktemp("hip")
+    (work / "k.hip").write_text(HIP_SOURCE)
+    tools = str(Path(clang).parent)
+    done = subprocess.run([clang, "-x", "hip", *(f"--offload-arch={t}" for t in HIP_TARGETS), "-nogpulib", "-nogpuinc",
+                           "-fPIC", "-c", "k.hip", "-o", "k.o"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}, timeout=300)
+    if done.returncode != 0:
+        pytest.skip(f"this clang cannot compile HIP for {HIP_TARGETS}: {done.stderr[-500:]}")
+    subprocess.run(["cc", "-shared", "k.o", "-o", "libk.so"], cwd=work, check=True)
+    return work / "libk.so"
+
+
+def _fatbin(library: Path, out: Path) -> bytes:
+    subprocess.run(["objcopy", "--dump-section", f".hip_fatbin={out}", str(library)], check=True)
+    return out.read_bytes()
+
+
+def test_a_host_library_with_an_offload_bundle_requires_its_gfx_targets(hip_library: Path, tmp_path: Path) -> None:
+    audited = audit_file(hip_library)
+    gpu = [f for f in audited.findings if f.requirement.name == "gpu.arch"]
+    assert [str(f.requirement) for f in gpu] == ["gpu.arch ~= gfx1030,gfx908:xnack-,gfx90a"]
+    assert "embedded .hip_fatbin" in gpu[0].evidence and "xnack off" in gpu[0].evidence
+    assert not any(str(f.requirement) == "platform.machine == em_amdgpu" for f in audited.findings)
+    # The same bundle as a file of its own (what clang-offload-bundler writes)
+    alone = audit_file(_write(tmp_path / "k.hipfb", _fatbin(hip_library, tmp_path / "fat.bin")))
+    assert alone.kind == "offload bundle" and [str(f.requirement) for f in alone.findings] == [str(gpu[0].requirement)]
+
+
+def test_the_bundle_reader_agrees_with_llvms_tools(hip_library: Path, tmp_path: Path) -> None:
+    """clang-offload-bundler lists the same triples and unbundles the same bytes;
+    llvm-readobj reads each code object's processor as we do."""
+    from abicache.audit import offload
+
+    bundler, readobj = _llvm_tool("clang-offload-bundler"), _llvm_tool("llvm-readobj")
+    if readobj is None:
+        pytest.skip("llvm-readobj is not installed (apt-get install llvm)")
+    data = _fatbin(hip_library, tmp_path / "fat.bin")
+    ours = offload.entries(data, "fat.bin")
+    listed = subprocess.run([bundler, "-list", "-type=bc", f"-inputs={tmp_path / 'fat.bin'}"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert sorted(e.triple for e in ours) == sorted(listed)
+    for entry in ours:
+        if entry.triple.startswith("host-"):
+            continue
+        out = tmp_path / (entry.triple.split("--")[-1].replace(":", "_") + ".co")
+        subprocess.run([bundler, "-unbundle", "-type=bc", f"-inputs={tmp_path / 'fat.bin'}",
+                        f"-targets={entry.triple}", f"-outputs={out}"], check=True)
+        assert out.read_bytes() == entry.code
+        theirs = re.search(r"EF_AMDGPU_MACH_AMDGCN_(GFX\w+)",
+                           subprocess.run([readobj, "--file-headers", str(out)], capture_output=True, text=True).stdout)
+        assert theirs and entry.triple.split("--")[-1].split(":")[0] == theirs.group(1).lower()
+
+
+def _ccob(bundle: bytes, version: int, method: int, declared: int | None = None) -> bytes:
+    import zlib
+
+    if method == 0:
+        payload = zlib.compress(bundle)
+    else:
+        zstandard = pytest.importorskip("zstandard")
+        payload = zstandard.ZstdCompressor().compress(bundle)
+    size = len(bundle) if declared is None else declared
+    if version == 2:
+        return b"CCOB" + struct.pack("<HHIIQ", 2, method, 24 + len(payload), size, 0) + payload
+    return b"CCOB" + struct.pack("<HHQQQ", 3, method, 32 + len(payload), size, 0) + payload
+
+
+@pytest.mark.parametrize("version, method", [(2, 0), (2, 1), (3, 1), (3, 0)])
+def test_compressed_bundles_are_read_within_their_declared_size(hip_library: Path, tmp_path: Path,
+                                                                version: int, method: int) -> None:
+    """ROCm 6.2+ compresses bundles (CCOB); assembled here from clang's, as that clang cannot."""
+    bundle = _fatbin(hip_library, tmp_path / "fat.bin")
+    plain = audit_file(_write(tmp_path / "plain.hipfb", bundle))
+    packed = audit_file(_write(tmp_path / "packed.hipfb", _ccob(bundle, version, method) + b"\0" * 64))
+    assert [str(f.requirement) for f in packed.findings] == [str(f.requirement) for f in plain.findings]
+    bomb = _write(tmp_path / "bomb.hipfb", _ccob(bundle, version, method, declared=4096))
+    with pytest.raises(AuditError, match="inflates to 4097 bytes, not the 4096"):
+        audit_file(bomb)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cut=st.integers(0, 4096), flips=st.lists(st.tuples(st.integers(0, 511), st.integers(1, 255)), max_size=4))
+def test_any_damaged_bundle_is_read_or_refused_with_a_reason(hip_bundle: bytes, tmp_path_factory, cut: int,
+                                                             flips: list[tuple[int, int]]) -> None:
+    data = bytearray(hip_bundle[:len(hip_bundle) - cut])
+    for where, bits in flips:
+        if where < len(data):
+            data[where] ^= bits
+    path = _write(tmp_path_factory.mktemp("fuzz") / "x.hipfb", bytes(data))
+    try:
+        audited = audit_file(path)
+    except AuditError:
+        return
+    assert {f.requirement.name for f in audited.findings} <= {"gpu.arch"}
+
+
+@pytest.fixture(scope="module")
+def hip_bundle(hip_library: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return _fatbin(hip_library, tmp_path_factory.mktemp("bundle") / "fat.bin")
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from ..errors import BuildError
 from ..requirements import FactSource, Requirement, Requirements
-from . import amdgpu, cuda, elf, native, python_abi, torch_abi
+from . import amdgpu, cuda, elf, native, offload, python_abi, torch_abi
 from .errors import AuditError
 from .findings import FileAudit, Finding, finding
 
@@ -50,6 +50,8 @@ def audit_file(path: str | Path, *, claims: Requirements = Requirements(),
         return _host(str(path), info, data, claims, facts, memo_dir, built_here)
     if head[:4] == cuda.FATBIN_MAGIC.to_bytes(4, "little"):
         return _device(str(path), "fatbin", cuda.fatbin_targets(bytes(data), str(path)), claims)
+    if offload.is_bundle(head):
+        return _bundle(str(path), bytes(data), claims)
     if cuda.looks_like_ptx(head):
         text = bytes(data).decode("utf-8", errors="replace")
         return _device(str(path), "ptx", [cuda.ptx_target(text, str(path))], claims)
@@ -67,6 +69,23 @@ def _code_object(path: str, info: elf.ElfInfo, claims: Requirements) -> FileAudi
     findings = [finding(f"gpu.arch ~= {co.target}", f"{co.describe()} (e_flags {info.flags:#x})")]
     summary = {"e_flags": hex(info.flags), "code_object_version": co.version, "target": co.target}
     return FileAudit(path, "amdgpu code object", tuple(findings), tuple(_gpu_problems(findings, claims)), summary)
+
+
+def _bundle(path: str, data: bytes, claims: Requirements) -> FileAudit:
+    """A clang offload bundle file (hipcc's device code, as `clang-offload-bundler` writes it)."""
+    device = offload.device_code(data, path)
+    findings = _amd_findings(device, "offload bundle")
+    summary = {"device_code_amd": [d._asdict() for d in device]}
+    return FileAudit(path, "offload bundle", tuple(findings), tuple(_gpu_problems(findings, claims)), summary)
+
+
+def _amd_findings(device: list[offload.DeviceCode], where: str) -> list[Finding]:
+    """One requirement for all the code objects: the HIP runtime picks the one the GPU runs."""
+    if not device:
+        return []
+    targets = sorted({d.target for d in device})
+    described = "; ".join(f"{d.triple}: {d.described}" for d in device)
+    return [finding(f"gpu.arch ~= {','.join(targets)}", f"{where} holds {described}")]
 
 
 def _device(path: str, kind: str, targets: list[cuda.Target], claims: Requirements,
@@ -113,11 +132,16 @@ def _host(path: str, info: elf.ElfInfo, data: Any, claims: Requirements,
     findings += py_found + torch_found + _cuda_library_findings(info)
     device = cuda.embedded_fatbins(data, path)
     findings += _gpu_findings(device, "embedded .nv_fatbin")
+    amd = [code for blob in elf.sections_named(data, ".hip_fatbin")
+           for code in offload.device_code(blob, f"{path} (.hip_fatbin)")]
+    findings += _amd_findings(amd, "embedded .hip_fatbin")
     problems = py_problems + torch_problems + _gpu_problems(findings, claims)
     kind = ("torch extension" if torch_found else "python extension" if py_found else "shared library")
     summary = {**native.summary(info), **py_summary, **torch_summary}
     if device:
         summary["device_code"] = [t._asdict() for t in device]
+    if amd:
+        summary["device_code_amd"] = [d._asdict() for d in amd]
     return FileAudit(path, kind, tuple(findings), tuple(problems), summary)
 
 
