@@ -48,8 +48,9 @@ from abicache.key import Inputs  # noqa: E402
 from abicache.requirements import Requirements  # noqa: E402
 
 ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX",
-             "C project, header edited"]
+             "C project, header edited", "AMD code object"]
 HEADERED = "C project, header edited"
+HSACO = "AMD code object"  # Triton's .hsaco for the environment's AMD target
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 
@@ -61,8 +62,13 @@ class Env:
     cxx11abi: str
     cuda: int  # toolkit, runtime and driver major
     device: str  # the GPU: sm_80 or sm_90
-    target: str  # what its JIT compiles for: sm_80, sm_90 or sm_90a
+    target: str  # what its JIT compiles for: sm_80, sm_90, sm_90a, or an AMD target (gfx942)
     header: int = 1  # which content the project's header has here (edited over time)
+    hip: int = 0  # the ROCm/HIP major of an AMD machine (0: an NVIDIA one)
+
+    @property
+    def amd(self) -> bool:
+        return self.hip > 0
 
     @property
     def torch_version(self) -> str:
@@ -70,7 +76,7 @@ class Env:
 
     @property
     def flavor(self) -> str:
-        return "cpu" if self.torch.endswith("+cpu") else "cuda"
+        return "cpu" if self.torch.endswith("+cpu") else "rocm" if "+rocm" in self.torch else "cuda"
 
     @property
     def cu_tag(self) -> str:  # cpp_extension's folder: py311_cu128 / py311_cpu
@@ -79,8 +85,9 @@ class Env:
 
     @property
     def torch_build(self) -> str:
-        cuda = "none" if self.flavor == "cpu" else f"{self.cuda}.{'8' if self.cuda == 12 else '0'}"
-        return f"{self.torch}/git=g{hashlib.sha1(self.torch.encode()).hexdigest()[:8]}/cuda={cuda}/hip=none/" \
+        cuda = "none" if self.flavor != "cuda" else f"{self.cuda}.{'8' if self.cuda == 12 else '0'}"
+        hip = self.torch.partition("+rocm")[2] or "none" if self.flavor == "rocm" else "none"
+        return f"{self.torch}/git=g{hashlib.sha1(self.torch.encode()).hexdigest()[:8]}/cuda={cuda}/hip={hip}/" \
                f"cxx11abi={self.cxx11abi}"
 
 
@@ -97,14 +104,30 @@ ENVS = [
     Env("E10 H100, sm_90a kernels", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90a", 2),
     Env("E11 A100, CUDA 13, 3.13", "3.13", "2.10.0+cu130", "1", 13, "sm_80", "sm_80", 2),
     Env("E12 base again", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90"),
+    # AMD machines in the same fleet, sharing the cache: MI300X, MI250X, an MI300X on ROCm 7
+    Env("E13 MI300X (gfx942), torch +rocm6.4", "3.11", "2.9.1+rocm6.4", "1", 0, "gfx942", "gfx942", hip=6),
+    Env("E14 MI250X (gfx90a), torch +rocm6.4", "3.11", "2.9.1+rocm6.4", "1", 0, "gfx90a:sramecc+:xnack-", "gfx90a",
+        hip=6),
+    Env("E15 MI300X, ROCm 7, torch 2.10 +rocm7.0", "3.12", "2.10.0+rocm7.0", "1", 0, "gfx942", "gfx942", 3, hip=7),
 ]
 
 
 # ---- ground truth ---------------------------------------------------------------------
 
 
+def applies(art: str, env: Env) -> bool:
+    """Whether art is built in env at all: CUDA code on NVIDIA machines, AMD code on AMD ones."""
+    if art in ("cubin", "PTX"):
+        return not env.amd
+    if art == HSACO:
+        return env.amd
+    return True
+
+
 def request(art: str, env: Env) -> str:
     """What a build of art in env is asked to produce (a different request is a different build)."""
+    if art == HSACO:
+        return env.target
     if art == "cubin":
         return env.target
     if art == "PTX":
@@ -127,6 +150,7 @@ RULES: dict[str, Callable[[Env, Env], bool]] = {
     "cubin": lambda b, e: _runs(request("cubin", b), e.device) and e.cuda >= b.cuda,
     "PTX": lambda b, e: _runs(request("PTX", b), e.device) and e.cuda >= b.cuda,
     HEADERED: lambda b, e: b.header == e.header,
+    HSACO: lambda b, e: e.amd and _runs(b.target, e.device),
 }
 WHY_RULE = {
     "C library": "plain C: no Python, torch or CUDA dependency (audit: only glibc symbol versions)",
@@ -138,6 +162,8 @@ WHY_RULE = {
     "PTX": "JITs forward from its compute arch; driver >= the toolkit's ISA (audit: .target, .version)",
     HEADERED: "plain C, but its header was edited (E4, E7, E10) and restored (E12): only a build from the "
               "same header bytes is the same program",
+    HSACO: "LLVM's target IDs: gfx942 code runs on any gfx942, gfx90a code on any gfx90a; Triton's own LLVM "
+           "builds it, so it does not depend on the ROCm major or Python (audit: e_flags)",
 }
 
 
@@ -150,7 +176,7 @@ def same_build(art: str, built: Env, here: Env) -> bool:
     """Compatible and made by the same toolkit: rebuilding it would be needless. (A CUDA 12
     cubin that loads under a CUDA 13 driver is safe to reuse, but a build with the CUDA 13
     toolkit is a different build, not a needless one.)"""
-    gpu = art in ("cubin", "PTX")
+    gpu = art in ("cubin", "PTX")  # Triton's hsaco comes from Triton's LLVM, whatever the ROCm
     return truth(art, built, here) and (not gpu or built.cuda == here.cuda)
 
 
@@ -174,6 +200,8 @@ def _command(art: str, env: Env) -> tuple[str, ...]:
     """The build command's env-dependent part (what ninja compares)."""
     if art in ("cubin", "PTX"):
         return (f"-arch={request(art, env)}",)
+    if art == HSACO:
+        return (f"--offload-arch={request(art, env)}",)
     if art in ("CPython module", "abi3 module", "classic torch op"):
         return (f"-I/usr/include/python{env.python}",)
     if art == HEADERED:
@@ -213,16 +241,21 @@ STABLE_SRC = ('#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stab
               'STABLE_TORCH_LIBRARY(matrix_stable, m) { m.def("ident(Tensor t) -> Tensor"); }\n'
               'STABLE_TORCH_LIBRARY_IMPL(matrix_stable, CPU, m) { m.impl("ident", TORCH_BOX(&ident)); }\n')
 KERNEL = 'extern "C" __global__ void scale(float* x, float a, int n) { int i = threadIdx.x; if (i < n) x[i] *= a; }'
+#: Triton's key for one kernel source and Triton version, before the target is added
+TRITON_KERNEL_KEY = hashlib.sha256(b"triton 3.6: k(x, n, B) source").hexdigest()
 
 
 def facts_for(env: Env) -> Facts:
     abi = f"cp{env.python.replace('.', '')}"
+    nvidia = not env.amd
     return Facts().with_overrides({
         "python.version": env.python + ".0", "python.abi": abi, "torch.version": env.torch,
         "torch.build": env.torch_build, "torch.flavor": env.flavor, "torch.cxx11abi": env.cxx11abi,
-        "torch.cuda": None if env.flavor == "cpu" else f"{env.cuda}.0", "cuda.runtime": str(env.cuda),
-        "cuda.driver": f"{env.cuda}.0", "gpu.arch": env.device,
-        "cuda.nvcc": f"Cuda compilation tools, release {env.cuda}.0",
+        "torch.cuda": f"{env.cuda}.0" if env.flavor == "cuda" else None,
+        "torch.hip": env.torch.partition("+rocm")[2] or None,
+        "cuda.runtime": str(env.cuda) if nvidia else None, "cuda.driver": f"{env.cuda}.0" if nvidia else None,
+        "gpu.arch": env.device, "hip.runtime": str(env.hip) if env.amd else None,
+        "cuda.nvcc": f"Cuda compilation tools, release {env.cuda}.0" if nvidia else None,
     })
 
 
@@ -240,6 +273,9 @@ def abicache_plan(art: str, env: Env, facts: Facts) -> tuple[str, str, Inputs, R
         p = abitorch.plan("matrix_stable", {"op.cpp": STABLE_SRC}, stable=True, target="2.9", facts=facts)
     elif art == HEADERED:
         p = cc.library_plan("proj", [HEADER_PROJECT / "proj.c"], lang="c")
+    elif art == HSACO:  # abicache.triton keys a kernel on Triton's own key, which holds the target
+        inputs = Inputs.make({}, extra={"triton_key": f"{TRITON_KERNEL_KEY}|hip|{request(art, env)}|64"})
+        return "triton", "k", inputs, Requirements()
     else:
         output = "cubin" if art == "cubin" else "ptx"
         inputs = Inputs.make({"scale.cu": KERNEL}, flags=[],
@@ -261,6 +297,7 @@ def requirements_of(art: str, built: Env) -> Requirements:
         "cubin": [f"gpu.arch ~= {request(art, built)}", f"cuda.driver >= {built.cuda}.0"],
         "PTX": [f"gpu.arch ~= {request(art, built)}", f"cuda.driver >= {built.cuda}.0"],
         HEADERED: [],
+        HSACO: [f"gpu.arch ~= {request(art, built)}"],
     }[art])
 
 
@@ -285,6 +322,8 @@ def simulate(find: Finder) -> Tally:
     tally, built = Tally(), {a: [] for a in ARTIFACTS}
     for env in ENVS:
         for art in ARTIFACTS:
+            if not applies(art, env):
+                continue
             cached, record = find(art, env)
             if cached is not None:
                 if not truth(art, cached, env):
@@ -356,7 +395,7 @@ def minimum_builds() -> int:
     built = {a: [] for a in ARTIFACTS}
     for env in ENVS:
         for art in ARTIFACTS:
-            if not any(same_build(art, b, env) for b in built[art]):
+            if applies(art, env) and not any(same_build(art, b, env) for b in built[art]):
                 built[art].append(env)
     return sum(len(v) for v in built.values())
 
@@ -443,6 +482,17 @@ def audit_real_builds(work: Path) -> list[tuple[str, str, str, bool]]:
             rows.append((art, target, f"not built: {exc}"[:80], False))
             continue
         check(art, f"nvcc 13, {request(art, env)}", compiled.artifact, requirements_of(art, env))
+    for target in ("gfx942", "gfx90a"):
+        env = Env("here", here.python, "", "1", 0, target, target, hip=6)
+        try:
+            hsaco = triton_hsaco(work, target)
+        except Exception as exc:  # no Triton here: the report says so
+            rows.append((HSACO, target, f"not built: {exc}"[:80], False))
+            continue
+        amd = cache.for_target({"gpu.arch": target})
+        built = amd.get_or_build("matrix.hsaco", "k", {"extra": {"target": target}},
+                                 lambda out, data=hsaco: (out / "k.hsaco").write_bytes(data))
+        check(HSACO, f"Triton, {target}", built, requirements_of(HSACO, env))
     if importlib.util.find_spec("torch") is None:
         rows.append(("torch ops", "-", "not built: torch is not installed", False))
         return rows
@@ -451,6 +501,30 @@ def audit_real_builds(work: Path) -> list[tuple[str, str, str, bool]]:
     classic = abitorch.plan("matrix", {"op.cpp": OP_SRC}, python_module=False, facts=cache.facts).run(cache)
     check("classic torch op", "TORCH_LIBRARY", classic, requirements_of("classic torch op", here))
     return rows
+
+
+TRITON_AMD = textwrap.dedent("""
+    import sys, triton, triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    @triton.jit
+    def k(x, n, B: tl.constexpr):
+        o = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(x + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+    src = ASTSource(fn=k, signature={"x": "*fp32", "n": "i32", "B": "constexpr"}, constexprs={"B": 64})
+    sys.stdout.buffer.write(triton.compile(src, target=GPUTarget("hip", sys.argv[1], 64)).asm["hsaco"])
+""")
+
+
+def triton_hsaco(work: Path, target: str) -> bytes:
+    """Triton's code object for an AMD target, compiled here (Triton needs no ROCm for it)."""
+    script = work / "triton_amd.py"  # @triton.jit reads its source from a file
+    script.write_text(TRITON_AMD)
+    done = subprocess.run([sys.executable, str(script), target], capture_output=True, timeout=600,
+                          env={**os.environ, "TRITON_CACHE_DIR": str(work / "triton-cache")})
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.decode(errors="replace").strip().splitlines()[-1])
+    return done.stdout
 
 
 def measure_clib_loads(work: Path) -> dict[str, str]:

@@ -66,6 +66,19 @@ def test_torch_identity_without_importing_torch(tmp_path: Path) -> None:
     assert imported == "False"
 
 
+def test_a_rocm_torch_build_is_known_by_its_hip_version(tmp_path: Path) -> None:
+    """torch +rocm: torch.version.hip is part of the build identity, and the flavor is rocm."""
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('torch must not be imported')\n")
+    (pkg / "version.py").write_text("__version__ = '2.9.1+rocm6.4'\ngit_version = 'def456'\ncuda = None\n"
+                                    "hip = '6.4.43482-0f2d60242'\n")
+    code = "from abicache.env import Facts\nf = Facts()\nprint(f.get('torch.build'), f.get('torch.flavor'))"
+    out = run_py(code, env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).parents[1] / 'src'}"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2.9.1+rocm6.4/git=def456/cuda=none/hip=6.4.43482-0f2d60242/cxx11abi=none", "rocm"]
+
+
 def _fake_compiler(folder: Path, version: str) -> Path:
     """A stand-in compiler that logs each call, so we can count subprocesses."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -35,3 +35,23 @@ def test_the_harness_catches_the_schemes_abicache_replaces(matrix) -> None:  # t
     assert all(t.unsafe > 0 for t in tallies.values()), {n: t.unsafe for n, t in tallies.items()}
     torch_ext = tallies["torch cpp_extension"]
     assert any("E4 torch patch 2.9.0" in e for e in torch_ext.examples)  # torch version not in its key
+
+
+def test_amd_machines_share_code_objects_and_never_torch_builds(matrix) -> None:  # type: ignore[no-untyped-def]
+    """Triton's gfx942 code object serves both MI300X machines (ROCm 6 and 7, Python 3.11 and
+    3.12) from one entry; a classic op built for torch +rocm6.4 is not reused by +cu128."""
+    envs = {e.label.split()[0]: e for e in matrix.ENVS}
+    facts = {n: matrix.facts_for(envs[n]) for n in ("E1", "E13", "E14", "E15")}
+
+    def key(art: str, name: str) -> str:
+        kind, n, inputs, _ = matrix.abicache_plan(art, envs[name], facts[name])
+        return matrix.keys.compute(kind, n, inputs.describe(facts[name]))
+
+    hsaco = matrix.HSACO
+    assert key(hsaco, "E13") == key(hsaco, "E15") != key(hsaco, "E14")
+    assert matrix.requirements_of(hsaco, envs["E13"]).satisfied_by(facts["E15"])
+    assert not matrix.requirements_of(hsaco, envs["E14"]).satisfied_by(facts["E13"])
+    op = "classic torch op"
+    assert not matrix.requirements_of(op, envs["E13"]).satisfied_by(facts["E1"])
+    assert not matrix.requirements_of(op, envs["E1"]).satisfied_by(facts["E13"])
+    assert not matrix.applies("cubin", envs["E13"]) and not matrix.applies(hsaco, envs["E1"])

@@ -124,6 +124,9 @@ def test_cuda_sources_need_a_cuda_torch_and_enter_key_and_requirements(tmp_path:
     sources = {"main.cpp": "#include <torch/extension.h>\n", "kernel.cu": "__global__ void k() {}\n"}
     with pytest.raises(AbicacheError, match=r"CUDA sources \(or with_cuda=True\) need a CUDA build of torch"):
         at.plan("cu", sources, facts=Facts().with_overrides({"torch.flavor": "cpu"}))
+    rocm = Facts().with_overrides({"torch.flavor": "rocm", "torch.version": "2.9.1+rocm6.4", "torch.cuda": None})
+    with pytest.raises(AbicacheError, match=r"2.9.1\+rocm6.4 is a ROCm build: .* hipcc"):
+        at.plan("cu", sources, facts=rocm)  # never nvcc for a ROCm torch
     cuda_torch = Facts().with_overrides({"torch.flavor": "cuda", "torch.cuda": "13.0",
                                          "cuda.nvcc": "Cuda compilation tools, release 13.0"})
     plan = at.plan("cu", sources, facts=cuda_torch)

@@ -175,6 +175,10 @@ def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
     nvcc = None
     cuda_include: tuple[str, ...] = ()
     if cuda:
+        if facts.get("torch.flavor") == "rocm":
+            raise BuildError(f"torch {facts.get('torch.version')} is a ROCm build: its cpp_extension hipifies CUDA "
+                             "sources and compiles them with hipcc, which abicache does not do yet. Build this "
+                             "extension with torch.utils.cpp_extension, or keep abicache to its C++ sources")
         if facts.get("torch.flavor") != "cuda":
             raise BuildError(f"CUDA sources (or with_cuda=True) need a CUDA build of torch; this one is "
                              f"{facts.get('torch.version')} ({facts.get('torch.flavor')})")
