@@ -61,18 +61,19 @@ def cmd_env(args: argparse.Namespace) -> int:
     facts = cache.facts.probe_all()
     settings = {name: os.environ.get(name) for name in config.VARIABLES}
     from ..cuda import loader
+    from ..hip import loader as hip_loader
 
-    libraries = loader.describe()
+    libraries, hip = loader.describe(), hip_loader.describe()
     if args.json:
         render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings,
-                          "cuda_libraries": libraries})
+                          "cuda_libraries": libraries, "hip_libraries": hip})
         return 0
     render.table("environment facts", ["fact", "value"],
                  [(n, facts.get(n) if facts.get(n) is not None else "-") for n in FACT_NAMES])
     render.table(f"settings (root: {cache.root})", ["variable", "value", "default", "meaning"],
                  [(n, settings[n] or "", d, m) for n, (d, m) in config.VARIABLES.items()])
-    render.table("CUDA libraries (abicache.cuda.load_library)", ["library", "major", "path", "found via"],
-                 [tuple(row.values()) for row in libraries])
+    render.table("GPU runtime libraries (abicache.cuda / abicache.hip load_library)",
+                 ["library", "major", "path", "found via"], [tuple(row.values()) for row in libraries + hip])
     return 0
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import sysconfig
 from pathlib import Path
-from typing import NamedTuple
 
 from ..errors import AbicacheError
+from ..libload import Attempt, LoadedLibrary, Vetting, first_loadable, loaded_paths, tried
+
+__all__ = ["Attempt", "CudaLibraryNotFound", "LoadedLibrary", "candidates", "describe", "load_library", "locate"]
 
 SONAMES: dict[str, dict[int, str]] = {
     "cudart": {13: "libcudart.so.13", 12: "libcudart.so.12", 11: "libcudart.so.11.0"},
@@ -37,26 +38,10 @@ OVERRIDES = {"cudart": "ABICACHE_CUDART", "nvrtc": "ABICACHE_NVRTC", "cuda": "AB
 _WHEEL_DIRS = {"cudart": ("cuda_runtime",), "nvrtc": ("cuda_nvrtc",), "cuda": ()}
 
 
-class Attempt(NamedTuple):
-    where: str  # "override", "pip wheel", "system loader", ...
-    path: str
-    error: str | None  # None: it loaded
-
-
-class LoadedLibrary(NamedTuple):
-    name: str
-    major: int
-    path: str
-    found_via: str
-    handle: ctypes.CDLL
-    attempts: tuple[Attempt, ...]
-
-
 class CudaLibraryNotFound(AbicacheError):
     def __init__(self, name: str, majors: list[int], attempts: list[Attempt]) -> None:
         wanted = ", ".join(SONAMES[name][m] for m in majors)
-        lines = [f"could not load {wanted}; tried, in order:"]
-        lines += [f"  {a.where}: {a.path}: {a.error}" for a in attempts]
+        lines = [f"could not load {wanted}; tried, in order:", *tried(attempts)]
         hint = {"cudart": "pip install nvidia-cuda-runtime (13) or nvidia-cuda-runtime-cu12",
                 "nvrtc": "pip install nvidia-cuda-nvrtc (13) or nvidia-cuda-nvrtc-cu12",
                 "cuda": "install the NVIDIA driver (it is not on PyPI)"}[name]
@@ -83,13 +68,12 @@ def load_library(name: str, *, major: int | None = None) -> LoadedLibrary:
         raise AbicacheError(f"CUDA {name} major {majors[0]} is not supported; use one of "
                             f"{', '.join(map(str, sorted(SONAMES[name])))}")
     attempts: list[Attempt] = []
-    for wanted in majors:
-        for where, path in candidates(name, wanted):
-            loaded = _try(name, wanted, where, path, attempts)
-            if loaded is not None:
-                _pinned[name] = loaded
-                return loaded
-    raise CudaLibraryNotFound(name, majors, attempts)
+    loaded = first_loadable(name, majors, lambda wanted: candidates(name, wanted), attempts, _vet(name),
+                            lambda handle: _major_of(name, handle))
+    if loaded is None:
+        raise CudaLibraryNotFound(name, majors, attempts)
+    _pinned[name] = loaded
+    return loaded
 
 
 def locate(name: str, major: int | None = None) -> tuple[int, str] | None:
@@ -112,7 +96,7 @@ def locate(name: str, major: int | None = None) -> tuple[int, str] | None:
 def candidates(name: str, major: int) -> list[tuple[str, str]]:
     """(where, path or soname) in search order for one major."""
     soname = SONAMES[name][major]
-    out = [("already loaded", p) for p in _loaded_paths(soname)]
+    out = [("already loaded", p) for p in loaded_paths(soname)]
     override = os.environ.get(OVERRIDES[name])
     if override:
         out.append(("override " + OVERRIDES[name], str(Path(override) / soname) if Path(override).is_dir() else override))
@@ -130,40 +114,12 @@ def candidates(name: str, major: int) -> list[tuple[str, str]]:
     return out
 
 
-def _loaded_paths(soname: str) -> list[str]:
-    if not sys.platform.startswith("linux"):
-        return []
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return sorted({line.split()[-1] for line in maps if line.rstrip().endswith("/" + soname)})
-    except OSError:
-        return []
-
-
-def _try(name: str, major: int, where: str, path: str, attempts: list[Attempt]) -> LoadedLibrary | None:
-    is_file = "/" in path
-    if is_file and not Path(path).is_file():
-        attempts.append(Attempt(where, path, "no such file"))
+def _vet(name: str) -> Vetting | None:
+    """NVRTC is loadable only with its builtins library beside it."""
+    if name != "nvrtc":
         return None
-    if name == "nvrtc" and is_file and not list(Path(path).parent.glob(f"libnvrtc-builtins.so.{major}*")):
-        attempts.append(Attempt(where, path, f"libnvrtc-builtins.so.{major}.* is not beside it"))
-        return None
-    try:
-        handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    except OSError as exc:  # ctypes puts dlerror()'s text in the message
-        attempts.append(Attempt(where, path, str(exc)))
-        return None
-    real = _path_of(handle, path)
-    attempts.append(Attempt(where, real, None))
-    found_major = _major_of(name, handle) or major
-    return LoadedLibrary(name, found_major, real, where, handle, tuple(attempts))
-
-
-def _path_of(handle: ctypes.CDLL, fallback: str) -> str:
-    """The file the loader actually mapped (dlinfo would need a Linux-only struct)."""
-    soname = Path(fallback).name
-    paths = _loaded_paths(soname)
-    return paths[0] if len(paths) == 1 else fallback
+    return lambda path, major: None if list(Path(path).parent.glob(f"libnvrtc-builtins.so.{major}*")) \
+        else f"libnvrtc-builtins.so.{major}.* is not beside it"
 
 
 def _major_of(name: str, handle: ctypes.CDLL) -> int | None:

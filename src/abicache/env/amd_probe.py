@@ -46,12 +46,18 @@ def gpu_archs() -> list[str]:
 
 
 def hip_runtime() -> dict[str, str | None]:
-    """hip.runtime: the HIP runtime's major (libamdhip64.so.N), in this order:
-    1. a copy already loaded in this process, 2. $ROCM_PATH/lib, $HIP_PATH/lib,
-    /opt/rocm/lib, 3. the system library folders. The highest major found wins."""
+    """hip.runtime: the HIP runtime's major (libamdhip64.so.N): a copy already
+    loaded in this process, else the one abicache's HIP loader would load (its
+    search order, hip/loader.py, without loading it), else the highest major
+    in the system library folders."""
+    from ..hip import loader
     from .cuda_probe import highest_major, loaded_major
 
-    return {"hip.runtime": loaded_major(_HIP) or highest_major(_HIP, hip_dirs())}
+    found = loaded_major(_HIP)
+    if found is None:
+        located = loader.locate()
+        found = str(located[0]) if located else highest_major(_HIP, hip_dirs())
+    return {"hip.runtime": found}
 
 
 def hip_dirs() -> list[Path]:
