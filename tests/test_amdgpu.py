@@ -20,7 +20,7 @@ from abicache import Cache, Facts, Requirement
 from abicache.archs import parse_device, parse_target
 from abicache.audit import AuditError, audit_file
 from conftest import SRC
-from test_triton import compile_with, entries, has_triton
+from test_triton import compile_with, entries, has_triton, py312  # noqa: F401  (a fixture)
 
 E_FLAGS = 0x30  # offset of e_flags in a 64-bit ELF header
 EI_ABIVERSION = 8
@@ -63,6 +63,16 @@ def test_triton_compiles_for_amd_through_abicache_hit_and_miss(tmp_path: Path) -
     assert other["cubin_sha"] != first["cubin_sha"] and len(entries(root)) == 2  # another target: a miss
     reqs = {str(Cache(root).store.read_manifest(v).requirements) for v in entries(root)}
     assert reqs == {"gpu.arch ~= gfx90a", "gpu.arch ~= gfx942"}  # nothing about the host machine
+
+
+def test_one_amd_entry_serves_python_311_and_312(py312: str, tmp_path: Path) -> None:
+    """Triton's code object does not depend on the Python that asked for it: one entry."""
+    if not has_triton(sys.executable):
+        pytest.skip("triton is not installed for this interpreter (pip install triton)")
+    root = tmp_path / "store"
+    first = compile_with(sys.executable, root, ARCH="gfx942")
+    second = compile_with(py312, root, ARCH="gfx942")
+    assert first["cubin_sha"] == second["cubin_sha"] and len(entries(root)) == 1
 
 
 def test_audit_names_the_gfx_target_with_its_evidence(hsaco: dict[str, Path]) -> None:
