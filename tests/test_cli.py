@@ -171,3 +171,54 @@ def test_explain_says_hit_for_an_entry_that_hits_and_a_miss_exits_1(root: Path, 
     out = capsys.readouterr().out
     if Facts().get("gpu.arch") != "sm_90":  # this machine has no H100
         assert code == 1 and "t.data 'gpu': miss" in out and "gpu.arch" in out, out
+
+
+def test_ls_of_an_unknown_kind_lists_the_kinds(root: Path, capsys) -> None:
+    Cache(root).get_or_build("mine.thing", "x", {"flags": ["-O2"]}, writer({"a": "1"}))
+    assert main(["ls", "--kind", "torch.extension", "--root", str(root)]) == 2
+    said = capsys.readouterr().err
+    assert "no kind 'torch.extension'" in said and "mine.thing" in said and "torch.pybind" in said
+    assert main(["ls", "--kind", "cuda.ptx", "--root", str(root)]) == 0  # a kind abicache writes: none yet
+
+
+def test_every_kind_the_frontends_write_is_listed() -> None:
+    """FRONTEND_KINDS is what `ls --kind` accepts before any entry exists: read the source for the
+    kinds it names, so a new frontend cannot be forgotten."""
+    import re
+
+    from abicache.cli.commands import FRONTEND_KINDS
+
+    from abicache.cuda.compile import OUTPUTS
+
+    written = {f"cuda.{output}" for output in OUTPUTS}
+    for path in (SRC / "abicache").rglob("*.py"):
+        text = path.read_text()
+        written |= set(re.findall(r'(?:Plan|get_or_build)\("([a-z_.]+)"', text))
+        written |= set(re.findall(r'^(?:FILE_)?KIND = "([a-z_.]+)"', text, re.M))
+        if path.name == "torch.py":
+            written |= {f"torch.{k}" for k in re.findall(r'"(pybind|classic|executable)"', text)}
+    assert written <= set(FRONTEND_KINDS), written - set(FRONTEND_KINDS)
+    assert {"triton", "triton.file", "cc.library", "torch.stable"} <= written  # the patterns still find them
+
+
+def test_the_package_namespace_is_clean() -> None:
+    import abicache
+
+    assert "annotations" not in dir(abicache)
+
+
+def test_a_bad_remote_setting_leaves_local_hits_working_and_env_flags_it(tmp_path: Path) -> None:
+    need("c++")
+    code = ("import abicache\nlib = abicache.cc.load_library('add', ['extern \"C\" int add(int a, int b) "
+            "{ return a + b; }'])\nprint(lib.add(2, 3))\n")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s"), "ABICACHE_REMOTE": "ftp://x"}
+    for _ in range(2):  # a build, then a hit: neither is stopped by the setting
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "5", out.stderr
+        assert out.stderr.count("ABICACHE_REMOTE is ignored, local cache only") == 1
+    shown = subprocess.run([sys.executable, "-m", "abicache.cli.main", "env", "--json"], capture_output=True,
+                           text=True, env={**env, "ABICACHE_LOCK_TIMEOUT": "forever"}, timeout=120)
+    assert shown.returncode == 1 and "AbicacheWarning" not in shown.stderr
+    problems = json.loads(shown.stdout)["problems"]
+    assert set(problems) == {"ABICACHE_REMOTE", "ABICACHE_LOCK_TIMEOUT"} and "unknown scheme 'ftp'" in \
+        problems["ABICACHE_REMOTE"]

@@ -12,8 +12,7 @@ drivers, filelock, pyelftools, rich, torch, triton and remote clients load only
 when a miss, an audit, the CLI or a frontend needs them.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: it would put `annotations` in dir(abicache).
 from . import cc
 from ._version import __version__
 from .cache import Artifact, Cache, get_or_build

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from . import config, key as keys
 from ._version import __version__
 from .env import Facts
-from .errors import AbicacheError, AbicacheWarning, BuildError, ManifestError, UsageError
+from .errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
 from .store import deps as depcheck
@@ -416,12 +416,27 @@ def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:
     from .remote import RemoteSettings, tier_for
 
     if remote is None or remote is True:
-        settings = RemoteSettings.from_env()
+        try:
+            settings = RemoteSettings.from_env()
+        except ConfigError as exc:  # a bad setting in the environment must not stop local hits
+            _warn_once(f"abicache: ABICACHE_REMOTE is ignored, local cache only: {exc}")
+            return None
     elif isinstance(remote, str):
         settings = RemoteSettings.from_env(remote)
     else:
         settings = remote
     return tier_for(settings) if settings is not None else None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        import warnings
+
+        warnings.warn(message, AbicacheWarning, stacklevel=4)
 
 
 def _learned(returned: Any) -> Requirements:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .. import config
 from ..cache import Cache
 from ..env import FACT_NAMES
-from ..errors import AbicacheError, ManifestError, NotFound
+from ..errors import AbicacheError, AbicacheWarning, ConfigError, ManifestError, NotFound, UsageError
 from ..replicate import REFUSALS_LOG, refusal_count
 from ..store import Manifest
 from ..store.gc import collect_garbage, disk_usage
@@ -57,7 +58,13 @@ def manifests_of(cache: Cache) -> list[tuple[Path, Manifest]]:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    cache = Cache(args.root) if args.root else Cache()
+    problems = config.problems()  # shown, flagged, rather than refused: this is where one looks
+    try:
+        with warnings.catch_warnings():  # a bad remote is shown in the table below, not warned about
+            warnings.simplefilter("ignore", AbicacheWarning)
+            cache = Cache(args.root) if args.root else Cache()
+    except ConfigError:
+        cache = Cache(args.root, shared=False, verify_age=0, touch_interval=0, lock_timeout=0, remote=False)
     facts = cache.facts.probe_all()
     settings = {name: os.environ.get(name) for name in config.VARIABLES}
     from ..cuda import loader
@@ -65,25 +72,37 @@ def cmd_env(args: argparse.Namespace) -> int:
 
     libraries, hip = loader.describe(), hip_loader.describe()
     if args.json:
-        render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings,
+        render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings, "problems": problems,
                           "cuda_libraries": libraries, "hip_libraries": hip})
-        return 0
+        return 1 if problems else 0
     render.table("environment facts", ["fact", "value"],
                  [(n, facts.get(n) if facts.get(n) is not None else "-") for n in FACT_NAMES])
     render.table(f"settings (root: {cache.root})", ["variable", "value", "default", "meaning"],
-                 [(n, settings[n] or "", d, m) for n, (d, m) in config.VARIABLES.items()])
+                 [(n, (settings[n] or "") + (f"  INVALID: {problems[n]}" if n in problems else ""), d, m)
+                  for n, (d, m) in config.VARIABLES.items()])
     render.table("GPU runtime libraries (abicache.cuda / abicache.hip load_library)",
                  ["library", "major", "path", "found via"], [tuple(row.values()) for row in libraries + hip])
-    return 0
+    return 1 if problems else 0
 
 
 def _size(vdir: Path, m: Manifest) -> int:
     return sum(f.size for f in m.files)
 
 
+#: the kinds abicache's own frontends write (get_or_build callers may name others)
+FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
+                  "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton", "triton.file",
+                  "tvm_ffi.module")
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     cache = _cache(args)
-    rows = [(v, m) for v, m in manifests_of(cache) if not args.kind or m.kind == args.kind]
+    every = manifests_of(cache)
+    present = sorted({m.kind for _, m in every})
+    if args.kind and args.kind not in present and args.kind not in FRONTEND_KINDS:
+        raise UsageError(f"no kind {args.kind!r}: this store holds {', '.join(present) or 'no entries'}, and "
+                         f"abicache's frontends write {', '.join(FRONTEND_KINDS)}")
+    rows = [(v, m) for v, m in every if not args.kind or m.kind == args.kind]
     rows.sort(key=lambda vm: (vm[1].kind, vm[1].name, -vm[1].created))
     if args.json:
         render.emit_json([_summary(cache, v, m) for v, m in rows])
