@@ -388,3 +388,28 @@ def test_builds_proceed_where_the_filesystem_cannot_lock(cache: Cache, monkeypat
         art = cache.get_or_build("t", "nolock", INPUTS, writer({"f": "x"}))
     assert art.file().read_text() == "x"
     assert verify_store(cache.store, full=True).clean
+
+
+def test_a_declared_requirement_that_cannot_hold_here_builds_nothing(tmp_path: Path) -> None:
+    """It rebuilt (and failed) on every call; now it says so at once, with the way to build for another machine."""
+    from abicache import Cache, Facts
+    from abicache.errors import BuildError
+
+    calls = []
+
+    def build(out: Path) -> None:
+        calls.append(1)
+        (out / "k.bin").write_bytes(b"x")
+
+    inputs = {"sources": {"gemm.cu": "x"}, "flags": ["-O3"]}
+    no_gpu = Cache(tmp_path / "s", facts=Facts().with_overrides({"gpu.arch": None}))
+    for _ in range(2):
+        with pytest.raises(BuildError, match=r"nothing was built.*for_target\(\{'gpu.arch': 'sm_90'\}\)"):
+            no_gpu.get_or_build("my.kernel", "gemm", inputs, build, requires=["gpu.arch ~= sm_90a"])
+    assert not calls and not list(no_gpu.store.iter_variant_dirs())
+    target_named = Cache(tmp_path / "s", facts=Facts().with_overrides({"gpu.arch": "sm_90a"}))
+    with pytest.raises(BuildError, match="does not name GPU devices .*'sm_90a' is not a device arch"):
+        target_named.get_or_build("my.kernel", "gemm", inputs, build, requires=["gpu.arch ~= sm_90a"])
+    art = Cache(tmp_path / "s").for_target({"gpu.arch": "sm_90"}).get_or_build(
+        "my.kernel", "gemm", inputs, build, requires=["gpu.arch ~= sm_90a"])
+    assert calls == [1] and art.requirements.to_list() == ["gpu.arch ~= sm_90a"]

@@ -276,6 +276,7 @@ class Cache:
         if found is not None and os.path.isdir(found.path) and found.current():
             return found
         _check_name(name)
+        _refuse_unmet(kind, name, self._checked(declared).unmet(self.facts))
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
         found = self._find(kind, key, verify, bases)
@@ -426,6 +427,25 @@ def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:
     else:
         settings = remote
     return tier_for(settings) if settings is not None else None
+
+
+def _refuse_unmet(kind: str, name: str, unmet: Sequence[Any]) -> None:
+    """A declared requirement that does not hold here: nothing built could load, so build nothing."""
+    if not unmet:
+        return
+    gpu = [u.requirement for u in unmet if u.requirement.name == "gpu.arch"]
+    example = ("{'gpu.arch': 'sm_90'}" if not gpu else
+               "{'gpu.arch': '" + ",".join(_device_for(t) for t in gpu[0].values) + "'}")
+    raise BuildError(f"{kind} {name!r} requires what this environment lacks, so nothing was built: "
+                     + "; ".join(str(u) for u in unmet)
+                     + f". To build it for another machine, use its facts: Cache().for_target({example}).")
+
+
+def _device_for(target: str) -> str:
+    """A device that runs a target: sm_90a and compute_90 -> sm_90; AMD targets name their device."""
+    if target.startswith(("sm_", "compute_")):
+        return "sm_" + target.split("_", 1)[1].rstrip("af")
+    return target.split(":")[0]
 
 
 _warned: set[str] = set()

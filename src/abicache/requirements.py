@@ -113,6 +113,9 @@ class Requirement(_RequirementFields):
         elif self.op == ">=":
             ok = _at_least(have, self.value)
         else:
+            bad = _not_devices(have)
+            if bad:
+                return f"{self}: {self.name} = {have} does not name GPU devices ({bad})"
             ok = _gpu_compatible(have, self.values)
         return None if ok else f"{self}: this environment has {self.name} = {have}"
 
@@ -126,6 +129,18 @@ def _at_least(have: str, want: str) -> bool:
         return versions.compare(have, want) >= 0
     except ValueError:
         return False
+
+
+def _not_devices(devices: str) -> str | None:
+    """Why a gpu.arch value is not a list of devices (sm_90a is a target; its device is sm_90)."""
+    from . import archs
+
+    for device in (d for d in devices.split(",") if d):
+        try:
+            archs.parse_device(device)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def _gpu_compatible(devices: str, targets: tuple[str, ...]) -> bool:
