@@ -128,9 +128,14 @@ def _summary(cache: Cache, vdir: Path, m: Manifest) -> dict[str, Any]:
 def cmd_show(args: argparse.Namespace) -> int:
     cache = _cache(args)
     prefix = args.key.lower()
-    found = [(v, m) for v, m in manifests_of(cache) if m.key.startswith(prefix)]
+    every = manifests_of(cache)
+    found = [(v, m) for v, m in every if m.key.startswith(prefix)]
+    named = [(v, m) for v, m in every if m.name == args.key]
+    if not found and named:  # a name: its newest entry (and that key's other variants)
+        newest = max(named, key=lambda vm: vm[1].created)[1].key
+        found = [(v, m) for v, m in named if m.key == newest]
     if not found:
-        raise NotFound(f"no entry has a key starting with {args.key!r}; 'abicache ls' lists them")
+        raise NotFound(f"no entry has a key starting with {args.key!r}, nor that name; 'abicache ls' lists them")
     if len({m.key for _, m in found}) > 1:
         raise AbicacheError(f"{args.key!r} matches several keys; give more characters")
     if args.json:

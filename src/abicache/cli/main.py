@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ls", parents=[common], help="list cache entries")
     p.add_argument("--kind", help="only entries of this kind (e.g. cc.library)")
     p = sub.add_parser("show", parents=[common], help="show the manifest of an entry")
-    p.add_argument("key", help="a key or a unique prefix of one (see 'abicache ls')")
+    p.add_argument("key", help="a key or a unique prefix of one, or a name (its newest entry; see 'abicache ls')")
     p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss")
     p.add_argument("name")
     p.add_argument("--kind", help="artifact kind (default: every kind with this name)")

@@ -1,0 +1,2 @@
+#include "api.h"
+extern "C" int a() { return API; }

@@ -1,0 +1,2 @@
+#pragma once
+inline int helper() { return 41; }

@@ -1,0 +1,2 @@
+#include <torch/extension.h>
+torch::Tensor twice(const torch::Tensor& x) { return x * 2; }
