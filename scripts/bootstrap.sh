@@ -1,21 +1,48 @@
 #!/usr/bin/env bash
-# Installs everything abicache's demo and tests need on a fresh machine.
-# Idempotent: a second run only checks. Set PYTHON to use another interpreter.
+# Sets up a fresh machine for abicache, idempotently (a second run only checks).
+#   bash scripts/bootstrap.sh          the main job: a C/C++ compiler and abicache with its
+#                                      core dependencies (pip install -e .), about a minute
+#   bash scripts/bootstrap.sh --test   and everything the tests use: torch 2.13 CPU, Triton,
+#                                      NVIDIA's CUDA wheels, redis-server, LLVM and clang (GBs)
+# Set PYTHON to use another interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-pip_install() { "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$@"; }
+TEST=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) TEST=1 ;;
+    *) echo "bootstrap: unknown option $arg (use --test for the test tools)" >&2; exit 2 ;;
+  esac
+done
+pip_install() {
+  echo "bootstrap: pip install $*"
+  "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$@"
+}
+
+# PEP 668: a system Python (Debian 12, Ubuntu 23.04+) refuses pip installs outside a venv.
+if "$PY" -c "import sys, sysconfig, os; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))"; then
+  cat >&2 <<EOF_PEP668
+bootstrap: $("$PY" -c 'import sys; print(sys.executable)') is managed by your system's package manager
+(PEP 668: pip may not install into it). Make a virtual environment, activate it, and run this again:
+    python3 -m venv .venv && . .venv/bin/activate
+    bash scripts/bootstrap.sh$([ "$TEST" = 1 ] && echo " --test")
+EOF_PEP668
+  exit 1
+fi
 
 apt_packages=()
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc)
 command -v c++ >/dev/null 2>&1 || apt_packages+=(g++)
-# redis-server: the remote tier's tests run against a real one on 127.0.0.1
-command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
-# llvm-readobj: LLVM's reader of AMDGPU code objects, the reference the AMD audit is checked against
-command -v llvm-readobj >/dev/null 2>&1 || apt_packages+=(llvm)
-# clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD
-# offload bundle, no ROCm needed, and LLVM's own reader of bundles for the audit's tests
-compgen -G "/usr/lib/llvm-*/bin/clang-offload-bundler" >/dev/null || apt_packages+=(clang lld clang-tools)
+if [ "$TEST" = 1 ]; then
+  # redis-server: the remote tier's tests run against a real one on 127.0.0.1
+  command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
+  # llvm-readobj: LLVM's reader of AMDGPU code objects, the reference the AMD audit is checked against
+  command -v llvm-readobj >/dev/null 2>&1 || apt_packages+=(llvm)
+  # clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD
+  # offload bundle, no ROCm needed, and LLVM's own reader of bundles for the audit's tests
+  compgen -G "/usr/lib/llvm-*/bin/clang-offload-bundler" >/dev/null || apt_packages+=(clang lld clang-tools)
+fi
 if ((${#apt_packages[@]})); then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "bootstrap: installing ${apt_packages[*]} with apt-get"
@@ -26,6 +53,12 @@ if ((${#apt_packages[@]})); then
   else
     echo "bootstrap: ${apt_packages[*]} missing and apt-get unavailable: the tests that need them will skip" >&2
   fi
+fi
+
+if [ "$TEST" = 0 ]; then
+  pip_install -e .
+  echo "bootstrap: ready for the main job ($("$PY" -m abicache --version), $("$PY" --version)); the tests need: bash scripts/bootstrap.sh --test"
+  exit 0
 fi
 
 pip_install -e '.[test]'

@@ -58,3 +58,51 @@ def test_a_hit_writes_nothing_within_the_touch_interval(tmp_path: Path) -> None:
     before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
     assert cc.build_library("quiet", [src], cache=Cache(root)).hit
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+
+
+def test_the_sdist_and_wheel_install_into_a_clean_venv_and_run_the_demo(tmp_path: Path) -> None:
+    """The light path: `python -m build` (the wheel made from the sdist, as pip makes it), installed
+    into a venv that sees nothing of this machine's packages, pulls only the core dependencies,
+    and `abicache demo` runs there (no torch, no test tools)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from conftest import ROOT
+
+    need("c++")
+    if subprocess.run([sys.executable, "-m", "build", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("the 'build' package is not installed (bash scripts/bootstrap.sh --test installs it)")
+    tree = tmp_path / "tree"  # the tracked files only, as a fresh clone has them
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    built = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+                            str(tree)], capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("abicache-*.whl"))
+    assert next((tmp_path / "dist").glob("abicache-*.tar.gz"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+                               capture_output=True, text=True, timeout=900)
+    if installed.returncode != 0 and "No matching distribution" in installed.stderr:
+        pytest.skip(f"no package index to fetch the core dependencies from: {installed.stderr[-300:]}")
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ABICACHE_DROPIN")}
+    demo = subprocess.run([str(venv / "bin" / "abicache"), "demo", "--root", str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "dot([1,2,3], [4,5,6]) = 32" in demo.stdout
+    present = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('torch', 'triton', "
+                              "'pytest', 'redis', 'abicache') if u.find_spec(m)])"], capture_output=True, text=True,
+                             env=env).stdout.strip()
+    assert present == "['abicache']"
+    assert list(venv.glob("lib/python*/site-packages/abicache-dropin.pth"))  # the sdist carried it
