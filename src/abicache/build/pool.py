@@ -5,7 +5,8 @@ per core. Jobs are threads that wait on compiler processes. The first
 failure stops new jobs from starting and is raised once the running ones end.
 Progress goes to stderr when wanted (see progress.py): a line as each unit
 finishes, with the count and the slowest one still running, at most one a
-second unless it is the last.
+second unless it is the last (in a log, only after progress.LONG_SECONDS, and
+at most that often).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], wha
         return [fn(items[0])]
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-    watch = _Watch(what, len(items), progress.enabled())
+    watch = _Watch(what, len(items), progress.mode())
 
     def job(item: T) -> R:
         if watch.failed:
@@ -65,8 +66,11 @@ class _Skipped(Exception):
 
 
 class _Watch:
-    def __init__(self, what: str, total: int, show: bool) -> None:
-        self.what, self.total, self.show = what, total, show
+    def __init__(self, what: str, total: int, mode: str) -> None:
+        self.what, self.total = what, total
+        self.show, self.log = mode != "off", mode == "long"
+        # a terminal: a line a second; a log: only once LONG_SECONDS have passed, and that often
+        self.every = 1.0 if mode == "on" else progress.LONG_SECONDS
         self.done = 0
         self.failed = False
         self.running: dict[str, float] = {}
@@ -83,11 +87,13 @@ class _Watch:
             self.running.pop(name, None)
             self.done += 1
             now = time.perf_counter()
-            if not self.show or (now - self.said < 1.0 and self.done < self.total):
+            if not self.show or (now - self.said < self.every and self.done < self.total):
                 return
+            if self.log and now - self.began < self.every:
+                return  # a log, and not long work
             self.said = now
             line = f"compiling {self.what}: {self.done}/{self.total} units, {now - self.began:.1f} s"
             if self.running:
                 slowest, since = min(self.running.items(), key=lambda kv: kv[1])
                 line += f" (slowest running: {slowest}, {now - since:.1f} s)"
-            progress.note(line)
+            progress.say(line)
