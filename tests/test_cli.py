@@ -40,6 +40,9 @@ def test_demo_prints_tables(root: Path) -> None:
     out = run_cli("demo", "--root", str(root))
     assert out.returncode == 0, out.stderr
     assert "dot([1,2,3], [4,5,6]) = 32" in out.stdout and "hit in" in out.stdout
+    assert "built, cached and loaded" in out.stdout
+    again = run_cli("demo", "--root", str(root))  # all hits: the title says so
+    assert "found in the cache and loaded" in again.stdout and "built, cached" not in again.stdout
 
 
 def test_ls_show_stats(root: Path, capsys) -> None:

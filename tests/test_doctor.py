@@ -59,3 +59,21 @@ def test_audit_command(tmp_path: Path) -> None:
     assert out.returncode == 2 and "No such file" in out.stdout
     out = abicache("audit", "--assume", "oops", str(lib), env={})
     assert out.returncode == 2 and "FACT=VALUE" in out.stderr
+
+
+def test_doctor_never_suggests_deleting_what_is_not_a_cache_entry(tmp_path: Path) -> None:
+    """An unpacked package (here a folder with a cubin abicache judges unloadable) is reported,
+    but no `rm -rf` is suggested for it: it is nobody's cache entry."""
+    package = tmp_path / "np" / "numpy" / "_core"
+    package.mkdir(parents=True)
+    nvcc(package / "kernels.cubin", "-cubin", "-arch=sm_90")
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "none"), "TRITON_CACHE_DIR": str(tmp_path / "none"),
+           "TVM_FFI_CACHE_DIR": str(tmp_path / "none"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "none"),
+           "HOME": str(tmp_path)}
+    out = abicache("doctor", "--assume", "gpu.arch=sm_80", str(tmp_path / "np"), env=env)
+    assert out.returncode == 1, out.stderr
+    assert "kernels.cubin" in out.stdout and "rm -rf" not in out.stdout
+    assert "not inside a cache abicache recognises" in out.stdout
+    report = json.loads(abicache("doctor", "--json", "--assume", "gpu.arch=sm_80", str(tmp_path / "np"),
+                                 env=env).stdout)
+    assert [u["delete"] for u in report["unsafe"]] == [None]

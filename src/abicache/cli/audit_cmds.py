@@ -18,6 +18,10 @@ KNOWN_CACHES = (
     ("TRITON_CACHE_DIR", "~/.triton/cache"),
     ("FLASHINFER_WORKSPACE_BASE", "~/.cache/flashinfer"),
 )
+#: how deep below each cache's root one entry's folder is: py311_cu128/<name>, <name>_<hash>,
+#: <hash>, <version>/<archs>/cached_ops/<uri>
+_ENTRY_DEPTH = {"TORCH_EXTENSIONS_DIR": 2, "TVM_FFI_CACHE_DIR": 1, "TRITON_CACHE_DIR": 1,
+                "FLASHINFER_WORKSPACE_BASE": 4}
 _BINARY_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 UNKNOWN_TORCH = "torch.build == unknown"
 
@@ -97,6 +101,22 @@ def _scan_roots(paths: list[str]) -> list[Path]:
     return roots
 
 
+def _entry_folder(path: Path) -> Path | None:
+    """The folder of the cache entry holding path, if it lies in a JIT cache abicache knows;
+    None for anything else (an installed package, a user's folder): never suggested for deletion."""
+    real = path.resolve()
+    for variable, default in KNOWN_CACHES:
+        root = Path(os.environ.get(variable) or default).expanduser().resolve()
+        try:
+            parts = real.relative_to(root).parts
+        except ValueError:
+            continue
+        depth = _ENTRY_DEPTH[variable]
+        if len(parts) > depth:  # the file lies inside an entry's folder, not beside the entries
+            return root.joinpath(*parts[:depth])
+    return None
+
+
 def _binaries(root: Path) -> Iterator[Path]:
     if root.is_file():
         yield root
@@ -118,8 +138,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             bar.advance()
             reasons = doc["problems"] + doc["unmet"]
             if reasons:
+                entry = _entry_folder(path)
                 bad.append({"path": str(path), "kind": doc["kind"], "reasons": reasons,
-                            "delete": str(path.parent)})
+                            "delete": str(entry) if entry else None})
             elif doc.get("unverifiable"):
                 unverifiable.append(str(path))
     if args.json:
@@ -131,9 +152,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if bad:
             render.table("cannot be safely loaded here", ["file", "why"],
                          [(b["path"], "; ".join(b["reasons"])) for b in bad])
-            render.say("to clean up (each is one cache entry of the tool that built it):")
-            for folder in sorted({b["delete"] for b in bad}):
-                render.say(f"  rm -rf {folder}")
+            entries = sorted({b["delete"] for b in bad if b["delete"]})
+            if entries:
+                render.say("to clean up (each is one cache entry of the tool that built it):")
+                for folder in entries:
+                    render.say(f"  rm -rf {folder}")
+            strays = sum(1 for b in bad if not b["delete"])
+            if strays:
+                render.say(f"{strays} of these are not inside a cache abicache recognises "
+                           f"({', '.join(v for v, _ in KNOWN_CACHES)}): nothing there is suggested for deletion")
         else:
             render.say("nothing found that this environment cannot load")
         if unverifiable:

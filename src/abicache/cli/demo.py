@@ -73,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         })
         return 0
     render.say(f"[bold]abicache demo[/] (store: {cache.root})")
-    render.table("built, cached and loaded", ["artifact", "key", "requirements", "file"],
+    hits = sum(a.hit for _, a, _, _, _ in report)
+    title = ("found in the cache and loaded (built by an earlier run)" if hits == len(report) else
+             "built, cached and loaded" if not hits else "built or found, cached and loaded")
+    render.table(title, ["artifact", "key", "requirements", "file"],
                  [(label, a.key[:16], str(a.requirements) or "(none)", a.files[0])
                   for label, a, _, _, _ in report])
     for label, a, _, _, _ in report:
@@ -85,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
                   for label, a, t1, b, t2 in report])
     render.say(f"dot([1,2,3], [4,5,6]) = {dot}   (from the C++ library)")
     render.say(f"triple(14) = {tripled}   (from the CPython module)")
-    render.say("Run it again: both first calls are hits now. 'abicache ls' lists the entries.")
+    render.say("Run it again: both first calls are hits now. 'abicache ls' lists the entries."
+               if hits < len(report) else "'abicache ls' lists the entries; 'abicache explain abicache_dot' says why "
+                                          "they hit.")
     return 0
 
