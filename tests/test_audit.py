@@ -56,6 +56,29 @@ def test_cpython_module_against_the_full_api(work: Path, root: Path) -> None:
     assert "_PyBytes_Resize" in next(f.evidence for f in audited.findings if f.requirement.name == "python.abi")
 
 
+@pytest.mark.parametrize("source", ["PY_FULL", "PY_LIMITED"])
+def test_an_untagged_module_is_unverifiable(work: Path, source: str) -> None:
+    """mod.so, no ABI tag: the CPython minor it needs is recorded nowhere (even limited-API
+    imports prove nothing without Py_LIMITED_API): unverifiable, never 'loads anywhere'."""
+    import sysconfig
+
+    code = {"PY_FULL": PY_FULL, "PY_LIMITED": PY_LIMITED}[source]
+    path = gxx(code.replace("NAME", "mod"), work / f"mod_{source}.so", f"-I{sysconfig.get_paths()['include']}",
+               lang="c")
+    assert reqs(path)[-1] == "python.abi == unknown"
+    out = subprocess.run([sys.executable, "-m", "abicache", "audit", str(path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert out.returncode == 1, out.stdout  # not "fine": abicache cannot show that it loads here
+    assert "python.abi == unknown" in out.stdout and "unverifiable" in out.stdout
+
+
+def test_torchs_own_library_holds_in_its_own_torch() -> None:
+    """libtorch_python.so in the installed torch: that torch's build, not 'unknown'."""
+    root = torch_root()
+    found = reqs(root / "lib" / "libtorch_python.so")
+    assert f"torch.build == {Facts().get('torch.build')}" in found
+
+
 def test_abi3_module(root: Path) -> None:
     art = cc.build_module("limmod", [PY_LIMITED.replace("NAME", "limmod")], abi3="3.10", cache=Cache(root))
     assert "python.abi3 >= 3.10" in art.requirements.to_list()

@@ -149,7 +149,7 @@ def test_an_abi3_module_is_refused_by_an_older_python(root: Path) -> None:
 
 
 def test_abi3_newer_than_this_interpreter_is_refused_before_publishing(cache: Cache) -> None:
-    with pytest.raises(BuildError, match="cannot be loaded here: python.abi3 >= 3.99"):
+    with pytest.raises(BuildError, match=r"nothing was built: python.abi3 >= 3.99.*for_target\(\{'python.abi3': '3.99'\}\)"):
         cc.build_module("future", [module_source("future")], abi3="3.99", cache=cache)
     assert not list(cache.store.iter_variant_dirs())
 

@@ -433,19 +433,19 @@ def _refuse_unmet(kind: str, name: str, unmet: Sequence[Any]) -> None:
     """A declared requirement that does not hold here: nothing built could load, so build nothing."""
     if not unmet:
         return
-    gpu = [u.requirement for u in unmet if u.requirement.name == "gpu.arch"]
-    example = ("{'gpu.arch': 'sm_90'}" if not gpu else
-               "{'gpu.arch': '" + ",".join(_device_for(t) for t in gpu[0].values) + "'}")
+    example = {u.requirement.name: _satisfying(u.requirement) for u in unmet}
     raise BuildError(f"{kind} {name!r} requires what this environment lacks, so nothing was built: "
                      + "; ".join(str(u) for u in unmet)
                      + f". To build it for another machine, use its facts: Cache().for_target({example}).")
 
 
-def _device_for(target: str) -> str:
-    """A device that runs a target: sm_90a and compute_90 -> sm_90; AMD targets name their device."""
-    if target.startswith(("sm_", "compute_")):
-        return "sm_" + target.split("_", 1)[1].rstrip("af")
-    return target.split(":")[0]
+def _satisfying(requirement: Requirement) -> str:
+    """A fact value that meets a requirement, for the hint: the device that runs a GPU target
+    (sm_90a and compute_90 -> sm_90), the floor of a minimum, the first of a set."""
+    first = requirement.values[0]
+    if requirement.op == "~=" and first.startswith(("sm_", "compute_")):
+        return "sm_" + first.split("_", 1)[1].rstrip("af")
+    return first.split(":")[0] if requirement.op == "~=" else first
 
 
 _warned: set[str] = set()

@@ -127,7 +127,8 @@ def _host(path: str, info: elf.ElfInfo, data: Any, claims: Requirements,
     if from_filename:
         claims = claims | python_abi.claim_from_filename(path)
     findings = native.findings(info)
-    py_found, py_problems, py_summary = python_abi.audit(info, claims, from_filename)
+    built_for = facts.get("python.abi") if built_here else None
+    py_found, py_problems, py_summary = python_abi.audit(info, claims, from_filename, built_for)
     torch_found, torch_problems, torch_summary = torch_abi.audit(info, claims, facts, memo_dir, built_here)
     findings += py_found + torch_found + _cuda_library_findings(info)
     device = cuda.embedded_fatbins(data, path)

@@ -58,6 +58,10 @@ def classify(info: ElfInfo) -> PythonImports:
                          tuple(n for n in names if n in FREE_THREADED))
 
 
+#: the value of a requirement the binary does not record: it can never be shown to hold
+UNKNOWN = "unknown"
+
+
 def claim_from_filename(path: str) -> Requirements:
     """What an extension module's file name promises: cp311, cp313t, or abi3."""
     match = _TAG.search(path)
@@ -69,12 +73,14 @@ def claim_from_filename(path: str) -> Requirements:
     return Requirements.of([f"python.abi == cp{major}{minor}{flags}"])
 
 
-def audit(info: ElfInfo, claims: Requirements,
-          from_filename: bool = False) -> tuple[list[Finding], list[str], dict[str, Any]]:
+def audit(info: ElfInfo, claims: Requirements, from_filename: bool = False,
+          built_for: str | None = None) -> tuple[list[Finding], list[str], dict[str, Any]]:
     """Findings and problems for the Python side of a host library.
 
     from_filename: the claim came from an '.abi3.so' name, which says abi3 but
     not from which version: the symbols set the floor instead of contradicting it.
+    built_for: the ABI of the interpreter a fresh build was made in (the cache's
+    case), which is what an untagged full-API module needs.
     """
     found = classify(info)
     claimed = {r.name: r for r in claims if r.name in ("python.abi", "python.abi3")}
@@ -89,8 +95,18 @@ def audit(info: ElfInfo, claims: Requirements,
         return _abi3(found, floor) + (summary,)
     if "python.abi" in claimed:
         return _exact(found, claimed["python.abi"].value) + (summary,)
-    evidence = f"imports {len(found.names)} CPython symbols ({sample(found.names)}); no ABI tag says which version"
-    return [finding("python.implementation == cpython", evidence)], [], summary
+    if built_for:
+        return _exact(found, built_for)[0], [], summary
+    # No tag: the CPython minor it was compiled for is recorded nowhere. Even imports all in the limited
+    # API prove nothing: without Py_LIMITED_API, macros read object layouts that change between minors.
+    how = (f"built against the full C API ({len(found.outside_limited)} imports outside the limited API, "
+           f"e.g. {sample(found.outside_limited)})" if found.outside_limited else
+           f"its {len(found.names)} CPython imports ({sample(found.names)}) are in the limited API, but nothing "
+           "says it was compiled for it (Py_LIMITED_API, an .abi3.so name), and the full API's macros read "
+           "object layouts that change between minors")
+    evidence = (f"{how}; no ABI tag in its file name (.cpython-311-x86_64-linux-gnu.so) says for which "
+                "CPython: rename it with its tag, or build it with abicache, to have that checked")
+    return [finding(f"python.abi == {UNKNOWN}", evidence)], [], summary
 
 
 def _abi3(found: PythonImports, claimed: str) -> tuple[list[Finding], list[str]]:

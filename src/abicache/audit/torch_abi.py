@@ -97,14 +97,28 @@ def audit(info: ElfInfo, claims: Requirements, facts: FactSource, memo_dir: Path
     unstable, shims = unstable_imports(info), shim_imports(info)
     declared_min = next((r.value for r in claims if r.name == "torch.version" and r.op == ">="), None)
     summary = {"torch_unstable_imports": len(unstable), "torch_shim_imports": len(shims)}
+    own = _part_of_installed_torch(info.path, facts)  # libtorch_python.so in its own torch: that build
     if unstable:
-        found, problems = _exact(unstable, declared_min, facts if built_here else None)
+        found, problems = _exact(unstable, declared_min, facts if built_here or own else None)
+        if own:
+            found = [f._replace(evidence=f.evidence + "; part of the installed torch, so built with it")
+                     for f in found]
         if not built_here:
             problems += _stale(unstable, facts, memo_dir)
         return found, problems, summary
     if shims:
         return _stable(shims, declared_min, facts, memo_dir) + (summary,)
     return [], [], summary
+
+
+def _part_of_installed_torch(path: str, facts: FactSource) -> bool:
+    root = facts.get("torch.root") if facts is not None else None
+    if not root:
+        return False
+    try:
+        return Path(path).resolve().is_relative_to(Path(root).resolve())
+    except OSError:
+        return False
 
 
 def _exact(unstable: list[str], declared_min: str | None,

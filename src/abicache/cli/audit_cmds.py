@@ -24,6 +24,8 @@ _ENTRY_DEPTH = {"TORCH_EXTENSIONS_DIR": 2, "TVM_FFI_CACHE_DIR": 1, "TRITON_CACHE
                 "FLASHINFER_WORKSPACE_BASE": 4}
 _BINARY_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 UNKNOWN_TORCH = "torch.build == unknown"
+#: requirements whose value the binary does not record: neither met nor refuted, unverifiable
+UNVERIFIABLE = (UNKNOWN_TORCH, "python.abi == unknown")
 
 
 def assumed_facts(assume: list[str]) -> Facts:
@@ -52,11 +54,12 @@ def _judge(path: Path, facts: Facts) -> dict[str, Any]:
     doc = audited.to_dict()
     unmet = {str(u.requirement): u.reason for u in audited.requirements().unmet(facts)}
     for row in doc["requirements"]:
-        row["holds_here"] = row["requirement"] not in unmet
-    # "torch.build == unknown": no evidence either way (the build is not recorded in
-    # the binary); missing symbols, if any, are already a problem.
-    doc["unverifiable"] = [r for k, r in unmet.items() if k == UNKNOWN_TORCH]
-    doc["unmet"] = [r for k, r in unmet.items() if k != UNKNOWN_TORCH]
+        row["holds_here"] = None if row["requirement"] in UNVERIFIABLE else row["requirement"] not in unmet
+    # "torch.build == unknown", "python.abi == unknown": no evidence either way (the binary does
+    # not record it); missing symbols, if any, are already a problem.
+    doc["unverifiable"] = [f"{k}: {row['evidence']}" for row in doc["requirements"]
+                           for k in [row["requirement"]] if k in UNVERIFIABLE]
+    doc["unmet"] = [r for k, r in unmet.items() if k not in UNVERIFIABLE]
     return doc
 
 
@@ -69,7 +72,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         _print_audit(doc)
     if any(d["kind"] in ("unreadable", "data") for d in docs):  # nothing judged is no "fine"
         return 2
-    return 1 if any(d["problems"] or d["unmet"] for d in docs) else 0
+    return 1 if any(d["problems"] or d["unmet"] or d.get("unverifiable") for d in docs) else 0
 
 
 def _print_audit(doc: dict[str, Any]) -> None:
@@ -82,8 +85,11 @@ def _print_audit(doc: dict[str, Any]) -> None:
                    "fatbin, PTX or AMDGPU code object): nothing to judge")
     elif doc["requirements"]:
         render.table("requirements", ["requirement", "here", "because"],
-                     [(r["requirement"], "yes" if r["holds_here"] else "NO", r["evidence"])
+                     [(r["requirement"], {True: "yes", False: "NO", None: "?"}[r["holds_here"]], r["evidence"])
                       for r in doc["requirements"]])
+        if doc.get("unverifiable"):
+            render.say("  [yellow]unverifiable[/]: the binary does not record what '?' needs, so abicache "
+                       "cannot show that it loads here")
     else:
         render.say("  no requirements: loads anywhere this platform runs")
     for problem in doc["problems"]:
@@ -164,10 +170,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             render.say("nothing found that this environment cannot load")
         if unverifiable:
-            render.say(f"{len(unverifiable)} torch extensions import unstable torch C++ symbols that the "
-                       "installed torch exports, but they do not record which torch build they were "
-                       "compiled against: abicache cannot prove them safe. Rebuild them through "
-                       "abicache.torch to have the build recorded.")
+            render.say(f"{len(unverifiable)} binaries do not record what they need (the torch build a torch "
+                       "extension was compiled against, the CPython minor of an untagged module): abicache "
+                       "cannot prove them safe. Rebuild them through abicache to have it recorded.")
     return 1 if bad else 0
 
 
