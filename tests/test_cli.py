@@ -225,3 +225,27 @@ def test_a_bad_remote_setting_leaves_local_hits_working_and_env_flags_it(tmp_pat
     problems = json.loads(shown.stdout)["problems"]
     assert set(problems) == {"ABICACHE_REMOTE", "ABICACHE_LOCK_TIMEOUT"} and "unknown scheme 'ftp'" in \
         problems["ABICACHE_REMOTE"]
+
+
+def test_verify_and_gc_leave_a_running_build_alone(root: Path, capsys) -> None:
+    """A stage in tmp/ whose builder is alive is 'in progress', not a leftover, and gc keeps it
+    however old it is; a dead builder's stage is a leftover that gc removes."""
+    import time as clock
+
+    cache = Cache(root)
+    cache.get_or_build("t", "x", {}, writer({"f": b"0"}))
+    tmp = cache.store.layout.tmp
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live, dead = tmp / f"{running.pid}-abc", tmp / "999999999-def"
+        for stage in (live, dead):
+            stage.mkdir()
+            old = clock.time() - 7 * 86400
+            os.utime(stage, (old, old))
+        report = cli_json(capsys, "verify", "--root", str(root))
+        assert (report["building"], report["leftovers"]) == (1, 1)
+        cli_json(capsys, "gc", "--root", str(root))
+        assert live.exists() and not dead.exists()
+    finally:
+        running.kill()
+        running.wait()

@@ -205,6 +205,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                    f"{render.human_size(report.bytes_hashed)} hashed, {mode}, in {report.seconds:.2f} s")
         if report.leftovers:
             render.say(f"{report.leftovers} leftovers of interrupted builds in tmp/ (harmless; gc removes them)")
+        if report.building:
+            render.say(f"{report.building} builds in progress (their folders in tmp/ are left alone)")
         if report.problems:
             render.table("quarantined (will be rebuilt on next use)", ["where", "problem"],
                          [(p.where, p.reason) for p in report.problems])

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ManifestError
-from .local import Store, children
+from .local import Store, children, stage_in_use
 
 DEFAULT_TMP_AGE = 6 * 3600.0
 QUARANTINE_AGE = 7 * 86400.0
@@ -122,6 +122,8 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
             (store.layout.trash, 0.0))
     for folder, age in ages:
         for child in children(folder):
+            if folder == store.layout.tmp and stage_in_use(child):
+                continue  # a build still running, however long it has taken
             try:
                 if now - child.lstat().st_mtime >= age:
                     store.remove_tree(child)

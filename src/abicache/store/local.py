@@ -559,6 +559,22 @@ def _own_copy(path: Path) -> None:
     os.replace(temp, path)
 
 
+def stage_in_use(stage: Path) -> bool:
+    """Whether a folder in tmp/ belongs to a build still running here: stages are named
+    '<pid>-...' by the process that builds into them (another machine's on a shared
+    store cannot be told apart from a live one, so it counts as in use too)."""
+    pid, _, _ = stage.name.partition("-")
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def walk_dirs(top: Path) -> Iterator[Path]:
     """Every folder under top (not following links), top first."""
     yield top

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..errors import ManifestError
 from . import blobs
-from .local import Store, children
+from .local import Store, children, stage_in_use
 
 
 @dataclass
@@ -31,6 +31,7 @@ class VerifyReport:
     blobs: int = 0
     bytes_hashed: int = 0
     leftovers: int = 0
+    building: int = 0  # stages of builds still running
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -51,7 +52,9 @@ def verify_store(
             progress(1)
     if full:
         _verify_blobs(store, report)
-    report.leftovers = sum(1 for _ in children(store.layout.tmp))
+    stages = children(store.layout.tmp)
+    report.building = sum(1 for stage in stages if stage_in_use(stage))
+    report.leftovers = len(stages) - report.building
     report.seconds = time.perf_counter() - start
     return report
 
