@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -249,3 +250,22 @@ def test_verify_and_gc_leave_a_running_build_alone(root: Path, capsys) -> None:
     finally:
         running.kill()
         running.wait()
+
+
+def test_ls_fits_an_80_column_terminal(root: Path, monkeypatch) -> None:
+    """Platform floors are counted, not listed; the variant column goes; rows do not wrap."""
+    import io
+
+    from rich.console import Console
+
+    from abicache.cli import render
+
+    need("c++")
+    cc.build_library("add", ['extern "C" int add(int a, int b) { return a + b; }'], cache=Cache(root))
+    screen = io.StringIO()
+    monkeypatch.setattr(render, "_console", lambda: Console(file=screen, width=80, soft_wrap=False))
+    assert main(["ls", "--root", str(root)]) == 0
+    lines = screen.getvalue().splitlines()
+    row = next(line for line in lines if "cc.library" in line)
+    assert "variant" not in screen.getvalue() and re.search(r"platform \(\d\)", row)
+    assert all(len(line) <= 80 for line in lines) and "KiB" in row and "ago" in row  # one line per entry

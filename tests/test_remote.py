@@ -465,3 +465,30 @@ def test_cli_push_pull_remote_keys(tmp_path: Path, remote: tuple[str, Raw],
         code, text = run("remote", "--remote", f"redis://127.0.0.1:{servers.refused_port()}/0",
                          "--root", str(tmp_path / "node"))
     assert code == 1 and "reachable" in text
+
+
+def test_pull_reports_refusals_once_per_kind_in_its_own_words(tmp_path: Path, remote: tuple[str, Raw],
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Unsigned entries pulled where keys are trusted: each row says why, one summary line per
+    kind of refusal, and no warning in Python's file:line format (it printed 13, named '?')."""
+    from abicache.cli.main import main
+
+    url, _ = remote
+    ci = Cache(tmp_path / "CI", remote=False)
+    for n in range(3):
+        ci.get_or_build("test", f"u{n}", {"extra": {"n": n}}, writer({"f.bin": os.urandom(64)}))
+    assert main(["push", "--root", str(tmp_path / "CI"), "--remote", url]) == 0
+    capsys.readouterr()
+    key = tmp_path / "node.key"
+    assert main(["keys", "generate", str(key), "--json"]) == 0
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", json.loads(capsys.readouterr().out)["public_key"])
+    assert main(["pull", "--root", str(tmp_path / "node"), "--remote", url, "--kind", "test"]) == 1
+    said = capsys.readouterr()
+    assert "AbicacheWarning" not in said.err and " ? " not in said.out
+    summary = [line for line in said.out.splitlines() if line.startswith("refused ")]
+    assert len(summary) == 1 and summary[0].startswith("refused 3 entries: remote manifest ")
+    assert main(["pull", "--root", str(tmp_path / "node"), "--remote", url, "--kind", "test", "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)["entries"]
+    assert [r["result"] for r in rows] == ["refused"] * 3 and all("signature" in r["why"] or "sign" in r["why"]
+                                                                for r in rows)

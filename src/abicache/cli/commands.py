@@ -111,9 +111,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
         f"{len(rows)} entries in {cache.root}",
         ["kind", "name", "key", "variant", "size", "last used", "requirements"],
         [(m.kind, m.name, m.key[:12], m.variant[:8], render.human_size(_size(v, m)),
-          render.ago(cache.store.last_used(v)), str(m.requirements) or "(none)") for v, m in rows],
+          render.ago(cache.store.last_used(v)), short_requirements(m)) for v, m in rows],
+        optional=("variant",),
     )
     return 0
+
+
+def short_requirements(m: Manifest) -> str:
+    """For a table row: what tells entries apart (python, torch, gpu...), the platform floors
+    every machine of this platform meets only counted ('abicache show' lists them all)."""
+    floors = [r for r in m.requirements if r.name.startswith("platform.")]
+    rest = "; ".join(str(r) for r in m.requirements if not r.name.startswith("platform."))
+    if not floors:
+        return rest or "(none)"
+    return f"{rest}; platform ({len(floors)})" if rest else f"platform ({len(floors)})"
 
 
 def _summary(cache: Cache, vdir: Path, m: Manifest) -> dict[str, Any]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 from ..cache import Cache
-from ..errors import ConfigError
+from ..errors import AbicacheWarning, ConfigError
 from ..replicate import refusal_count
 from ..store import Manifest
 from . import render
@@ -41,9 +43,22 @@ def _report(args: argparse.Namespace, cache: Cache, title: str, rows: list[dict[
         render.table(f"{title} {cache.remote.name}", ["kind", "name", "key", "variant", "result"],
                      [(r["kind"], r["name"], r["key"][:12], r["variant"][:8], r["result"]) for r in rows])
         render.say(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing to do")
+        for why, n in sorted(_refusal_kinds(rows).items(), key=lambda kv: -kv[1]):
+            render.say(f"[yellow]refused {n} {'entry' if n == 1 else 'entries'}[/]: {why}")
         if cache.remote.down:
             render.say(f"[red]the remote failed: {cache.remote.down}[/]")
     return 1 if failed or cache.remote.down else 0
+
+
+def _refusal_kinds(rows: list[dict[str, str]]) -> dict[str, int]:
+    """Refusals by kind of reason (the entry named in each left out): one line per kind, not per entry."""
+    kinds: dict[str, int] = {}
+    for row in rows:
+        for reason in filter(None, row.get("why", "").split("; ")):
+            text = re.sub(r"^refused from remote \S+: ", "", reason)
+            text = re.sub(r"^remote manifest \S+:? ", "remote manifest ", text)
+            kinds[text] = kinds.get(text, 0) + 1
+    return kinds
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -73,10 +88,17 @@ def cmd_pull(args: argparse.Namespace) -> int:
     if args.kind:
         listed = [(k, key) for k, key in listed if k == args.kind]
     rows = []
-    with render.Progress("pulling", len(listed)) as bar:
+    with render.Progress("pulling", len(listed)) as bar, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", AbicacheWarning)  # gathered into the table and one summary
         for kind, key in listed:
-            rows += _pull_one(cache, replicate, kind, key, _wanted(args))
+            before = len(said)
+            found = _pull_one(cache, replicate, kind, key, _wanted(args))
+            reasons = [str(w.message).removeprefix("abicache: ") for w in said[before:]]
+            rows += [{**r, "why": "; ".join(reasons)} if r["result"] == "refused" else r for r in found]
             bar.advance()
+    for w in said:  # anything else abicache warned about, in its own words
+        if not str(w.message).startswith("abicache: refused from remote"):
+            render.say(f"[yellow]{w.message}[/]")
     return _report(args, cache, "pulled from", rows)
 
 
@@ -87,8 +109,8 @@ def _pull_one(cache: Cache, replicate: Any, kind: str, key: str, wanted: Callabl
     got = replicate.fetch(cache.remote, cache.store, kind, key, lambda m: wanted(m) and cache.usable(m))
     if got is not None:
         return [_row(got.manifest, "fetched")]
-    if cache.remote.stats["refused"] > refused:
-        return [{"kind": kind, "name": "?", "key": key, "variant": "", "result": "refused"}]
+    if cache.remote.stats["refused"] > refused:  # its manifest was refused unread: no name to show
+        return [{"kind": kind, "name": "-", "key": key, "variant": "", "result": "refused"}]
     return []  # nothing there that can load here (or the remote failed: the report says so)
 
 

@@ -13,15 +13,23 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write("\n")
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          optional: Sequence[str] = ()) -> None:
+    """A table; on a narrow terminal (< 100 columns) without borders between columns and
+    without the `optional` ones, so rows stay on one line where they can."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", header_style="bold")
-    for col in columns:
-        t.add_column(col, overflow="fold")
+    console = _console()
+    narrow = console.width < 100
+    keep = [i for i, col in enumerate(columns) if not (narrow and col in optional)]
+    t = Table(title=title, title_justify="left", header_style="bold",
+              **({"box": box.SIMPLE_HEAD, "pad_edge": False} if narrow else {}))
+    for i in keep:
+        t.add_column(columns[i], overflow="fold")
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
-    _console().print(t)
+        t.add_row(*("" if row[i] is None else str(row[i]) for i in keep))
+    console.print(t)
 
 
 def say(text: str = "") -> None:
