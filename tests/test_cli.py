@@ -85,13 +85,15 @@ def test_explain_names_a_changed_flag_and_a_changed_fact(root: Path, capsys) -> 
 def test_verify_and_gc(root: Path, capsys) -> None:
     cache = Cache(root)
     art = cache.get_or_build("t", "x", {}, writer({"f": b"0" * 100}))
-    assert cli_json(capsys, "verify", "--full", "--root", str(root))["clean"] is True
+    clean = cli_json(capsys, "verify", "--full", "--root", str(root))
+    assert clean["clean"] is True and clean["bytes_hashed"] == 100  # each stored byte read once (it read twice)
     art.file().chmod(0o644)
     art.file().write_bytes(b"1" * 100)
     art.file().chmod(0o444)
     assert main(["verify", "--full", "--root", str(root), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["clean"] is False and "sha256" in report["problems"][0]["reason"]
+    assert report["clean"] is False and all("sha256" in p["reason"] for p in report["problems"])
+    assert sorted(p["where"].split("/")[0] for p in report["problems"]) == ["blobs", "t"]  # the blob, its entry
     cache.get_or_build("t", "y", {}, writer({"f": b"2" * 100}))
     gc = cli_json(capsys, "gc", "--max-size", "0", "--root", str(root))
     assert gc["entries_removed"] == 1 and gc["bytes_after"] == 0

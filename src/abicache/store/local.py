@@ -147,8 +147,8 @@ class Store:
             return problem or f"{folder} is not a folder", folder
         return None
 
-    def check(self, vdir: Path, manifest: Manifest, *, full: bool = False,
-              max_age: float = float("inf")) -> tuple[str, list[str], Path] | None:
+    def check(self, vdir: Path, manifest: Manifest, *, full: bool = False, max_age: float = float("inf"),
+              hashed: Mapping[tuple[int, int], tuple[str, int]] | None = None) -> tuple[str, list[str], Path] | None:
         """None if the entry may be used; else (why, damaged blob hashes, what to
         move aside). Files are hashed only where the stamp cannot vouch for them
         (stamps.py): a changed byte is found on every lookup, not after an age."""
@@ -170,6 +170,8 @@ class Store:
                 return problem, [], vdir
             if not full and stamp.vouches_for(record.path, st):
                 continue
+            if hashed is not None and hashed.get((st.st_dev, st.st_ino)) == (record.sha256, st.st_ctime_ns):
+                continue  # this very file (a link to its blob) was just hashed whole: verify --full
             digest, _ = blobs.hash_file(path)
             if digest != record.sha256:
                 reason = f"{record.path}: sha256 {digest[:16]}..., manifest says {record.sha256[:16]}..."
@@ -461,8 +463,8 @@ class Store:
         """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
         try:
             self.make_dir(self.layout.log)
-            fd = os.open(self.layout.log / f"{name}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
-                         self.trust.file_mode)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(self.layout.log / f"{name}.jsonl", flags, self.trust.file_mode)
             try:
                 os.write(fd, (line.rstrip("\n") + "\n").encode())
             finally:

@@ -45,13 +45,14 @@ def verify_store(
 ) -> VerifyReport:
     start = time.perf_counter()
     report = VerifyReport()
+    # --full: every blob is hashed once, first; an entry's file that is a link to a blob found
+    # good is not hashed again (it was read twice: as the entry's file, then as the blob)
+    good = _verify_blobs(store, report) if full else None
     for vdir in list(store.iter_variant_dirs()):
         report.entries += 1
-        _verify_entry(store, vdir, full, report)
+        _verify_entry(store, vdir, full, report, good)
         if progress:
             progress(1)
-    if full:
-        _verify_blobs(store, report)
     stages = children(store.layout.tmp)
     report.building = sum(1 for stage in stages if stage_in_use(stage))
     report.leftovers = len(stages) - report.building
@@ -59,7 +60,8 @@ def verify_store(
     return report
 
 
-def _verify_entry(store: Store, vdir: Path, full: bool, report: VerifyReport) -> None:
+def _verify_entry(store: Store, vdir: Path, full: bool, report: VerifyReport,
+                  good: dict[tuple[int, int], tuple[str, int]] | None = None) -> None:
     try:
         manifest = store.read_manifest(vdir)
     except FileNotFoundError:
@@ -71,12 +73,13 @@ def _verify_entry(store: Store, vdir: Path, full: bool, report: VerifyReport) ->
     except (ManifestError, OSError) as exc:
         _quarantine(store, vdir, vdir, f"unreadable manifest: {exc}", [], report)
         return
+    if full:
+        report.bytes_hashed += sum(f.size for f in manifest.files if not _linked_to_good(vdir / f.path, f.sha256,
+                                                                                          good))
     try:
-        found = store.check(vdir, manifest, full=full)
+        found = store.check(vdir, manifest, full=full, hashed=good)
     except FileNotFoundError:
         found = ("vanished while it was checked", [], vdir)
-    if full:
-        report.bytes_hashed += sum(f.size for f in manifest.files)
     if found is None:
         return
     reason, damaged, offender = found
@@ -97,7 +100,17 @@ def _quarantine(store: Store, vdir: Path, offender: Path, reason: str, damaged: 
     store.quarantine(offender, reason, damaged)
 
 
-def _verify_blobs(store: Store, report: VerifyReport) -> None:
+def _linked_to_good(path: Path, sha256: str, good: dict[tuple[int, int], tuple[str, int]] | None) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return good is not None and good.get((st.st_dev, st.st_ino)) == (sha256, st.st_ctime_ns)
+
+
+def _verify_blobs(store: Store, report: VerifyReport) -> dict[tuple[int, int], tuple[str, int]]:
+    """Hash every blob; (device, inode) -> (sha256, ctime) of those that hold their bytes."""
+    good: dict[tuple[int, int], tuple[str, int]] = {}
     for entry in store.iter_blobs():
         digest = store.blob_digest(entry.name)
         if digest is None:
@@ -108,11 +121,19 @@ def _verify_blobs(store: Store, report: VerifyReport) -> None:
             continue  # gc removed an orphan while we looked
         report.blobs += 1
         report.bytes_hashed += size
-        if actual != digest:
-            report.problems.append(Problem(f"blobs/{entry.name}", f"content hashes to {actual[:16]}..."))
+        if actual == digest:
+            try:
+                st = os.lstat(entry.path)
+            except FileNotFoundError:
+                continue
+            good[(st.st_dev, st.st_ino)] = (digest, st.st_ctime_ns)  # any write since changes the ctime
+        else:
+            report.problems.append(Problem(f"blobs/{entry.name}", f"its content's sha256 is {actual[:16]}..., "
+                                                                  f"its name says {digest[:16]}..."))
             aside = store.layout.quarantine / "damaged-blobs"
             store.make_dir(aside)
             try:
                 Path(entry.path).replace(aside / entry.name)
             except FileNotFoundError:
                 pass
+    return good
