@@ -222,6 +222,7 @@ def test_a_bad_remote_setting_leaves_local_hits_working_and_env_flags_it(tmp_pat
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "5", out.stderr
         assert out.stderr.count("ABICACHE_REMOTE is ignored, local cache only") == 1
+        assert out.stderr.startswith("abicache: ") and "AbicacheWarning" not in out.stderr  # its own format
     shown = subprocess.run([sys.executable, "-m", "abicache.cli.main", "env", "--json"], capture_output=True,
                            text=True, env={**env, "ABICACHE_LOCK_TIMEOUT": "forever"}, timeout=120)
     assert shown.returncode == 1 and "AbicacheWarning" not in shown.stderr

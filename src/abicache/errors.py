@@ -70,3 +70,27 @@ class RefusedError(AbicacheError):
 
 class AbicacheWarning(UserWarning):
     """Something was skipped or repaired (bad manifest, quarantined entry)."""
+
+
+def _format_warnings() -> None:
+    """Print AbicacheWarning as abicache's own one line ('abicache: ...'), not Python's
+    'file:line: Category: message' and the source line below it; other warnings as before.
+    Filters (python -W, warnings.simplefilter) work on it as on any warning."""
+    import warnings
+
+    original = warnings.formatwarning
+    if getattr(original, "_abicache", False):
+        return
+
+    def formatwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      line: str | None = None) -> str:
+        if issubclass(category, AbicacheWarning):
+            text = str(message)
+            return (text if text.startswith("abicache: ") else f"abicache: {text}") + "\n"
+        return original(message, category, filename, lineno, line)
+
+    formatwarning._abicache = True  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
+
+
+_format_warnings()
