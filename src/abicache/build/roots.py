@@ -16,7 +16,9 @@ links, to match what depfiles name.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Iterable, Sequence
 
 #: never covered, though compilers search them: users put their own headers there
@@ -24,14 +26,29 @@ _UNCOVERED = ("/usr/local/include",)
 _memo: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def compiler_dirs(compiler: Sequence[str], lang: str = "c++") -> tuple[str, ...]:
-    """The compiler's system include folders (memoized per command, per process:
-    this runs only when something is built)."""
+def compiler_dirs(compiler: Sequence[str], lang: str = "c++", memo_dir: Path | None = None) -> tuple[str, ...]:
+    """The compiler's system include folders: memoized per process, and under
+    memo_dir (the store's tools/) by the compiler binary's stat, as its identity
+    is, so a build does not pay a compiler process for them (30 ms a build)."""
     key = (*compiler, lang)
     found = _memo.get(key)
     if found is None:
-        found = _memo[key] = _ask(compiler, lang)
+        found = _memo[key] = _remembered(compiler, lang, memo_dir)
     return found
+
+
+def _remembered(compiler: Sequence[str], lang: str, memo_dir: Path | None) -> tuple[str, ...]:
+    from ..env import toolid
+
+    path = toolid.which(compiler[0]) if compiler else None
+    if path is None or memo_dir is None:
+        return _ask(compiler, lang)
+    what = "include search list " + " ".join([f"-x{lang}", *compiler[1:]])
+    text = toolid.memoized(path, what, lambda _: json.dumps(_ask(compiler, lang)), memo_dir)
+    try:
+        return tuple(str(d) for d in json.loads(text or "[]"))
+    except ValueError:
+        return _ask(compiler, lang)
 
 
 def _ask(compiler: Sequence[str], lang: str) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ Runner = Callable[[list[str], Path, str], None]
 
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
     """Write job.output into out; returns the dependencies to record."""
-    covered = (*job.covered, *roots.compiler_dirs(job.compiler, _driver_lang(job.lang)))
+    covered = (*job.covered, *roots.compiler_dirs(job.compiler, _driver_lang(job.lang), cache.store.layout.tools))
     with tempfile.TemporaryDirectory(prefix="abicache-build-") as scratch:
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
