@@ -117,19 +117,9 @@ at::Tensor my_add(const at::Tensor& a, const at::Tensor& b) { return a + b; }
 TORCH_LIBRARY(abicache_classic, m) { m.def("my_add(Tensor a, Tensor b) -> Tensor", &my_add); }
 """
 
-TORCH_STABLE = r"""
-#include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/tensor.h>
-#include <torch/csrc/stable/ops.h>
-using torch::stable::Tensor;
-Tensor my_fill(Tensor t, double v) {
-  Tensor out = torch::stable::empty_like(t);
-  torch::stable::fill_(out, v);
-  return out;
-}
-STABLE_TORCH_LIBRARY(abicache_stable, m) { m.def("my_fill(Tensor t, float v) -> Tensor"); }
-STABLE_TORCH_LIBRARY_IMPL(abicache_stable, CPU, m) { m.impl("my_fill", TORCH_BOX(&my_fill)); }
-"""
+# The documented example (examples/stable_ops.cpp), under a library name of its own.
+TORCH_STABLE = (Path(__file__).resolve().parents[1] / "examples" / "stable_ops.cpp").read_text().replace(
+    "my_ops", "abicache_stable")
 
 # "Stable" in name only: it reaches into ATen.
 TORCH_FAKE_STABLE = TORCH_STABLE.replace(
