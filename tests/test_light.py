@@ -106,3 +106,25 @@ def test_the_sdist_and_wheel_install_into_a_clean_venv_and_run_the_demo(tmp_path
                              env=env).stdout.strip()
     assert present == "['abicache']"
     assert list(venv.glob("lib/python*/site-packages/abicache-dropin.pth"))  # the sdist carried it
+
+
+def test_bootstrap_on_a_pep668_python_explains_the_venv_instead_of_failing_in_pip(tmp_path: Path) -> None:
+    """A stand-in interpreter that reports itself externally managed (PEP 668, as Debian 12's
+    does): bootstrap stops before pip with the two commands that make and use a venv."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    log = tmp_path / "calls"
+    fake = tmp_path / "python3"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n'
+                    'case "$*" in *EXTERNALLY-MANAGED*) exit 0 ;; esac\n'  # "yes, managed by the system"
+                    f'exec "{sys.executable}" "$@"\n')
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap.sh")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": str(fake)}, timeout=120)
+    assert done.returncode == 1
+    assert "PEP 668" in done.stderr and "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
+    assert "pip" not in log.read_text().replace("EXTERNALLY-MANAGED", "")  # pip was never run
