@@ -454,8 +454,6 @@ _warned: set[str] = set()
 def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
-        import warnings
-
         warnings.warn(message, AbicacheWarning, stacklevel=4)
 
 
