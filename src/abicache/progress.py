@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from . import config
 
