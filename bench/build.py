@@ -181,11 +181,23 @@ def bench_tree(work: Path) -> dict[str, dict[str, float]]:
     paths = make_project(work / "proj")
     include = work / "proj" / "include"
     envs = {"abicache": {"ABICACHE_DIR": str(work / "ac"), "MAX_JOBS": JOBS, "ABICACHE_PROGRESS": "0"},
-            "torch": {"TORCH_EXTENSIONS_DIR": str(work / "te"), "MAX_JOBS": JOBS}}
+            # torch prepends ccache to its compiler when ccache is installed: plain ninja here (the
+            # ccache row below is its own comparison), or a second cold build would be ccache's hit
+            "torch": {"TORCH_EXTENSIONS_DIR": str(work / "te"), "MAX_JOBS": JOBS, "TORCH_NO_COMPILER_WRAPPER": "1"}}
     codes = {"abicache": ABICACHE, "torch": TORCH}
     res: dict[str, dict[str, float]] = {k: {} for k in codes}
-    for tool in codes:  # cold, then hits: a warm-up, 5 fresh processes (median), 200 in-process
-        res[tool]["cold"] = run(codes[tool], paths, include, envs[tool])["call"]
+    # Cold builds twice each, in both orders (abicache, torch, then torch, abicache after wiping both
+    # stores): the first build of a run reads the headers from disk, the rest from the page cache.
+    colds: dict[str, list[float]] = {tool: [] for tool in codes}
+    for order in (list(codes), list(reversed(codes))):
+        for tool in order:
+            colds[tool].append(run(codes[tool], paths, include, envs[tool])["call"])
+        if order == list(codes):
+            for folder in ("ac", "te"):
+                shutil.rmtree(work / folder, ignore_errors=True)
+    for tool in codes:  # then hits: a warm-up, 5 fresh processes (median), 200 in-process
+        res[tool]["cold"] = statistics.mean(colds[tool])
+        res[tool]["cold_runs"] = colds[tool]
     for tool in codes:
         run(codes[tool], paths, include, envs[tool])
         fresh = [run(codes[tool], paths, include, envs[tool]) for _ in range(5)]
@@ -231,7 +243,7 @@ PYBIND = '#include <torch/extension.h>\nint64_t add(int64_t a, int64_t b) { retu
 
 def bench_pybind(work: Path) -> dict[str, float]:
     """A torch pybind extension, cold: torch's load_inline, abicache without and with the shared PCH."""
-    env_t = {"TORCH_EXTENSIONS_DIR": str(work / "te2")}
+    env_t = {"TORCH_EXTENSIONS_DIR": str(work / "te2"), "TORCH_NO_COMPILER_WRAPPER": "1"}
     env_a = {"ABICACHE_DIR": str(work / "ac2"), "ABICACHE_PROGRESS": "0"}
     code = """
 import json, time, sys
@@ -264,7 +276,7 @@ def report(tree: dict[str, dict[str, float]], pybind: dict[str, float] | None) -
                   title_justify="left")
     for col in ("measure", "abicache", "torch load (ninja)", "abicache / torch", "target"):
         table.add_column(col)
-    rows = [("cold build", "cold", "<= 1.0x"), ("one source edited", "one_source", "<= 1.2x"),
+    rows = [("cold build (mean of 2, both orders)", "cold", "<= 1.0x"), ("one source edited", "one_source", "<= 1.2x"),
             ("one header edited (3 includers)", "one_header", "")]
     for label, key, target in rows:
         table.add_row(label, s(a[key]), s(t[key]), f"{a[key] / t[key]:.2f}x", target)
