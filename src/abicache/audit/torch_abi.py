@@ -194,7 +194,7 @@ def installed_exports(facts: FactSource, memo_dir: Path | None = None) -> frozen
         return frozenset()
     names: set[str] = set()
     for lib in sorted((Path(root) / "lib").glob("lib*.so*")):
-        text = toolid.memoized(lib, "exports-v1", lambda p: "\n".join(elf.parse(p).exports), memo_dir)
+        text = toolid.memoized(lib, "exports-v2", lambda p: "\n".join(elf.parse(p).exports), memo_dir)
         names.update((text or "").split("\n"))
     return frozenset(names)
 

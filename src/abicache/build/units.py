@@ -18,9 +18,12 @@ once: the recorded bytes must be the ones compiled.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -43,6 +46,7 @@ Runner = Callable[[list[str], Path, str], None]
 
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
     """Write job.output into out; returns the dependencies to record."""
+    _prewarm_audit()
     covered = (*job.covered, *roots.compiler_dirs(job.compiler, _driver_lang(job.lang), cache.store.layout.tools))
     with tempfile.TemporaryDirectory(prefix="abicache-build-") as scratch:
         paths = job.tree.place(Path(scratch))
@@ -61,6 +65,14 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
                 *job.ldflags]
         run(argv, Path(os.getcwd()), job.what)
         return sorted({d for a in objects for d in a.manifest.deps})
+
+
+def _prewarm_audit() -> None:
+    """Import the ELF reader while the compilers run: the audit after the link
+    needs it, and its import (about 0.1 s) would otherwise follow the link."""
+    if "elftools.elf.elffile" not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=("elftools.elf.elffile",),
+                         name="abicache-prewarm").start()
 
 
 def _embedded(job: Job, objects: list[str], scratch: Path, out: Path, run: Runner) -> str:
