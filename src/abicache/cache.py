@@ -18,8 +18,8 @@ from .env import Facts
 from .errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store import deps as depcheck
-from .store.manifest import Dependency, check_text, preference, variant_id
+from .store import deps as depcheck, transient
+from .store.manifest import FILENAME as MANIFEST_FILE, Dependency, check_text, preference, variant_id
 from .store.trust import group_setting
 
 if TYPE_CHECKING:
@@ -181,6 +181,18 @@ class Cache:
         return self._find(kind, key, verify, bases or {}) or self._fetch(kind, key, bases or {})
 
     def _find(self, kind: str, key: str, verify: str, bases: Mapping[str, str] = {}) -> Artifact | None:
+        """The local entry that holds here; a lookup that keeps meeting a
+        shared filesystem's transient errors (store/transient.py) is a miss."""
+        for attempt in range(transient.TRIES):
+            try:
+                return self._find_once(kind, key, verify, bases)
+            except OSError as exc:
+                if not transient.in_store(exc, self.store.root):
+                    raise
+                transient.pause(attempt)
+        return None
+
+    def _find_once(self, kind: str, key: str, verify: str, bases: Mapping[str, str]) -> Artifact | None:
         usable = []
         for vdir in self.store.variant_dirs(kind, key):
             manifest = self._manifest(vdir)
@@ -200,10 +212,19 @@ class Cache:
         try:
             return self.store.read_manifest(vdir)
         except FileNotFoundError:
-            if os.path.lexists(vdir):  # publish and removal move whole folders: this never heals
+            if os.path.lexists(vdir) and not os.path.lexists(vdir / MANIFEST_FILE):
+                # publish and removal move whole folders: this never heals
                 self._reject(vdir, "no manifest.json")
+                return None
+            if os.path.lexists(vdir):
+                raise  # there after all: a shared filesystem's passing error, tried again
             return None  # removed by gc or quarantined by another process just now
-        except (ManifestError, OSError) as exc:
+        except OSError as exc:
+            if transient.in_store(exc, self.store.root):
+                raise  # tried again (_find); never a reason to quarantine
+            self._reject(vdir, f"unreadable manifest: {exc}")
+            return None
+        except ManifestError as exc:
             self._reject(vdir, f"unreadable manifest: {exc}")
             return None
 
@@ -230,6 +251,11 @@ class Cache:
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
         found = self.store.check(vdir, manifest, full=verify == "full", max_age=self.verify_age)
+        if found is not None and ": sha256 " not in found[0]:
+            # Not a wrong byte: a missing file or folder may be a shared filesystem's passing
+            # error (store/transient.py). Quarantine only what a second look confirms.
+            transient.pause(0)
+            found = self.store.check(vdir, manifest, full=verify == "full", max_age=self.verify_age)
         if found is not None:
             reason, damaged, offender = found
             self._reject(offender, reason, damaged)
@@ -277,6 +303,21 @@ class Cache:
             return found
         _check_name(name)
         _refuse_unmet(kind, name, self._checked(declared).unmet(self.facts))
+        for attempt in range(transient.TRIES):
+            try:
+                found = self._get_or_build(kind, name, inputs, build, declared, verify, bases)
+                break
+            except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
+                if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):
+                    raise
+                transient.pause(attempt)
+        if found.manifest.deps:  # later calls ask whether what it read still holds
+            found = found._replace(bases=bases, watch=depcheck.Current(found.manifest.deps, bases))
+        self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
+        return found
+
+    def _get_or_build(self, kind: str, name: str, inputs: keys.Inputs, build: Builder, declared: Requirements,
+                      verify: str, bases: Mapping[str, str]) -> Artifact:
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
         found = self._find(kind, key, verify, bases)
@@ -292,9 +333,6 @@ class Cache:
                 found = self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
                 if found is None:
                     found = self._build(kind, name, key, described, build, declared)
-        if found.manifest.deps:  # later calls ask whether what it read still holds
-            found = found._replace(bases=bases, watch=depcheck.Current(found.manifest.deps, bases))
-        self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 
     def _build(
@@ -308,12 +346,22 @@ class Cache:
     ) -> Artifact:
         with self.store.stage() as stage:
             start = time.perf_counter()
-            learned = build(stage)
+            try:
+                learned = build(stage)
+            except OSError as exc:
+                transient.mark_not_ours(exc)  # the builder's own failure is raised, never retried
+                raise
             seconds = time.perf_counter() - start
             declared = declared | _learned(learned)
             found_deps = tuple(sorted(set(learned.deps))) if isinstance(learned, BuildResult) else ()
             paths = self.store.collect(stage)
-            detected, summary = self.audit(stage, paths, declared, self.facts)
+            try:
+                detected, summary = self.audit(stage, paths, declared, self.facts)
+            except AbicacheError as exc:
+                passing = transient.underlying(exc, self.store.root)
+                if passing is not None:
+                    raise passing from exc  # the store's file was busy or stale, not the build wrong
+                raise
             reqs = declared | detected
             unmet = self._checked(reqs).unmet(self.facts)
             if unmet:

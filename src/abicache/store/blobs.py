@@ -3,6 +3,10 @@
 Entry files are hard links to blobs, so identical outputs of different keys
 or variants take the disk space once, and a blob whose link count is 1 is
 referenced by no entry (garbage).
+
+On a filesystem without hard links (vfat, some FUSE and object-store mounts)
+an entry keeps its own files and no blob is made: publishing stays atomic (it
+renames the whole entry folder), only the sharing of identical files is lost.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Callable
 from .manifest import FileRecord
 
 _CHUNK = 1 << 20
+#: what link() says where a filesystem has no hard links (vfat: EPERM)
+NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV})
 
 
 def hash_file(path: Path) -> tuple[str, int]:
@@ -65,6 +71,10 @@ def adopt(path: Path, blob: Path, record: FileRecord, place: Callable[[Path], No
                 return
             except FileExistsError:
                 continue  # another publisher made it first: link to theirs
+            except OSError as exc:
+                if exc.errno in NO_LINKS:
+                    return  # the entry keeps its own file
+                raise
         if (existing.st_ino, existing.st_dev) == (mine.st_ino, mine.st_dev):
             return  # already the blob (a remote fetch linked it)
         if existing.st_size != record.size:
@@ -76,6 +86,8 @@ def adopt(path: Path, blob: Path, record: FileRecord, place: Callable[[Path], No
         except FileNotFoundError:
             continue  # gc removed it between stat and link
         except OSError as exc:
+            if exc.errno in NO_LINKS:
+                return  # the entry keeps its own file
             if exc.errno != errno.EMLINK:
                 raise
             _replace(blob, path)  # the old blob keeps serving the entries that link it
@@ -88,7 +100,12 @@ def adopt(path: Path, blob: Path, record: FileRecord, place: Callable[[Path], No
 def _replace(blob: Path, path: Path) -> None:
     temp = blob.with_name(f".{blob.name}.{os.getpid()}-{time.monotonic_ns()}")
     fsync_file(path)
-    os.link(path, temp)
+    try:
+        os.link(path, temp)
+    except OSError as exc:
+        if exc.errno in NO_LINKS:
+            return
+        raise
     os.replace(temp, blob)
 
 

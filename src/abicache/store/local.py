@@ -290,7 +290,7 @@ class Store:
     def collect(self, stage: Path) -> list[str]:
         """The regular files a builder left in stage, as safe relative paths."""
         found = []
-        for folder, dirs, files in os.walk(stage):
+        for folder, dirs, files in os.walk(stage, onerror=_raise):  # a folder unread is not a folder empty
             for name in dirs + files:
                 full = Path(folder) / name
                 rel = full.relative_to(stage).as_posix()
@@ -608,3 +608,7 @@ def _subdirs(path: Path) -> list[Path]:
             return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and e.name[0] != ".")
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _raise(exc: OSError) -> None:
+    raise exc

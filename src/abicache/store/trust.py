@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 
 from ..errors import ConfigError, UntrustedRootError
+from . import transient
 
 _POSIX = hasattr(os, "geteuid")
 
@@ -161,15 +162,21 @@ def group_setting(raw: str | bool | None) -> str | None:
 def ensure_root(root: Path, trust: Trust) -> Path:
     """Create the root if needed and check it; returns it resolved (a
     symbolic link to the root is resolved once, here, and its target checked)."""
-    try:
-        if not root.exists():
-            trust.make_dir(root)
-        real = root.resolve(strict=True)
-        st = os.lstat(real)
-    except OSError as exc:
-        raise UntrustedRootError(
-            f"cannot use cache root {root}: {exc.strerror}. Set ABICACHE_DIR to a directory you own and can write."
-        ) from None
+    for attempt in range(transient.TRIES):
+        try:
+            if not root.exists():
+                trust.make_dir(root)
+            real = root.resolve(strict=True)
+            st = os.lstat(real)
+            break
+        except OSError as exc:
+            if exc.errno in transient.TRANSIENT and attempt + 1 < transient.TRIES:
+                transient.pause(attempt)  # a shared filesystem's passing error
+                continue
+            raise UntrustedRootError(
+                f"cannot use cache root {root}: {exc.strerror}. Set ABICACHE_DIR to a directory you own and "
+                "can write."
+            ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedRootError(f"cache root {root} is not a directory; set ABICACHE_DIR elsewhere")
     _check_root(real, st, trust)
