@@ -165,9 +165,9 @@ def slow_drip(work: Path, trials: int) -> Callable[[Row], None]:
             row.note = f"skipped: {why}"
             return
         worst = 0.0
-        with servers.redis_server() as base, servers.drip_proxy(int(base.rsplit(":", 1)[1]), 1.0) as port:
+        with servers.redis_server(tls=False) as server, servers.drip_proxy(server.port, 1.0) as port:
             for t in range(trials):
-                url = f"redis://127.0.0.1:{port}/0?prefix=drip{t}"
+                url = server.base.replace(f":{server.port}", f":{port}") + f"/0?prefix=drip{t}"
                 row.trials += 1
                 row.faults += 1
                 try:
@@ -278,14 +278,12 @@ def remote_memory(work: Path, size: int) -> Callable[[Row], None]:
         if why:
             row.note = f"skipped: {why}"
             return
-        import redis
-
         growth = []
-        with servers.redis_server() as base:
-            client = redis.Redis.from_url(base)
+        with servers.redis_server() as server:
+            client = server.client()
             for case in ("blob", "manifest"):
                 prefix = f"mem{case}"
-                url = servers.redis_url(base, prefix)
+                url = server.url(prefix)
                 art = Cache(work / f"{case}A", remote=url).get_or_build(
                     "t", "mem", {}, lambda out: (out / "f").write_bytes(b"local bytes"))
                 baseline = _peak(work / f"{case}B0", url)

@@ -222,17 +222,14 @@ def remote_faults(work: Path, rounds: int) -> Callable[[Row], None]:
     def run(row: Row) -> None:
         from remote_fixtures import Raw
 
-        import redis
-
         os.environ.update(servers.CREDENTIALS)
-        with servers.moto_s3() as endpoint, servers.redis_server() as base:
+        with servers.seaweedfs_s3() as endpoint, servers.redis_server() as redis:
             for r in range(rounds):
                 for engine in ("s3", "redis"):
                     for fault in REMOTE_FAULTS:
                         prefix = f"f{r}{engine[0]}{REMOTE_FAULTS.index(fault)}"
-                        url = servers.s3_url(endpoint, prefix) if engine == "s3" else servers.redis_url(base, prefix)
-                        client = servers.raw_s3(endpoint) if engine == "s3" else \
-                            redis.Redis.from_url(base)
+                        url = servers.s3_url(endpoint, prefix) if engine == "s3" else redis.url(prefix)
+                        client = servers.raw_s3(endpoint) if engine == "s3" else redis.client()
                         one_remote_fault(work / prefix, url, Raw(url, client, prefix), fault, row)
 
     return run

@@ -1,4 +1,5 @@
-"""Remote tier benchmarks, against real servers on 127.0.0.1 (moto S3, redis-server).
+"""Remote tier benchmarks, against real servers on 127.0.0.1: SeaweedFS's S3
+gateway and redis-server with an ACL user over TLS (tests/servers.py).
 
 - Remote hit of a 1 MB and a 100 MB artifact (machine B fetches what A
   published: list, manifest, blob streamed with sha256, fsync, commit) vs the
@@ -89,15 +90,11 @@ def raw_boto3(endpoint: str, url: str, sha: str, out: Path) -> float:
     return median_time(lambda: client.download_file(servers.BUCKET, f"{prefix}/v1/blobs/{sha[:2]}/{sha}", str(out)))
 
 
-def raw_redis(url: str, sha: str, out: Path) -> float:
-    import redis
-
+def raw_redis(server: servers.RedisServer, url: str, sha: str, out: Path) -> float:
     from abicache.remote import url as urlmod
 
-    parsed = urlmod.parse(url)
-    host, port = parsed.location.split(":")
-    r = redis.Redis(host=host, port=int(port))
-    name = f"{parsed.option('prefix')}:v1:b:{sha}"
+    r = server.client()  # the same user, over the same TLS
+    name = f"{urlmod.parse(url).option('prefix')}:v1:b:{sha}"
     return median_time(lambda: out.write_bytes(r.get(name)))
 
 
@@ -147,14 +144,14 @@ def main() -> None:
     os.environ.update(servers.CREDENTIALS, ABICACHE_PROGRESS="0")
     work = Path(tempfile.mkdtemp(prefix="abicache-remote-bench-"))
     rows, doc = [], {}
-    with servers.moto_s3() as endpoint, servers.redis_server() as redis_base:
+    with servers.seaweedfs_s3() as endpoint, servers.redis_server() as redis:
         for engine in ("s3", "redis"):
             for size in (1 << 20, 100 << 20):
-                url = servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base)
+                url = servers.s3_url(endpoint) if engine == "s3" else redis.url()
                 data = os.urandom(size)
                 ours, sha = abicache_hit(url, work / f"{engine}{size}", f"a{size}", data)
                 out = work / "raw.bin"
-                raw = raw_obstore(url, sha, out) if engine == "s3" else raw_redis(url, sha, out)
+                raw = raw_obstore(url, sha, out) if engine == "s3" else raw_redis(redis, url, sha, out)
                 client = "obstore" if engine == "s3" else "redis-py GET"
                 rows.append((engine, f"{size >> 20} MiB", f"{size / ours / 1e6:.0f} MB/s", f"{client}: {size / raw / 1e6:.0f} MB/s",
                              f"{raw / ours:.0%}"))
@@ -163,11 +160,11 @@ def main() -> None:
                     boto = raw_boto3(endpoint, url, sha, out)
                     doc[f"{engine}_{size >> 20}MiB"]["boto3_s"] = boto
                     rows.append(("", "", "", f"boto3: {size / boto / 1e6:.0f} MB/s", f"{boto / ours:.0%}"))
-        latency = {engine: fresh_process_hit(servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base),
+        latency = {engine: fresh_process_hit(servers.s3_url(endpoint) if engine == "s3" else redis.url(),
                                              work / f"lat-{engine}") for engine in ("s3", "redis")}
         warm = {}
         for engine in ("s3", "redis"):
-            url = servers.s3_url(endpoint) if engine == "s3" else servers.redis_url(redis_base)
+            url = servers.s3_url(endpoint) if engine == "s3" else redis.url()
             warm[engine], _ = abicache_hit(url, work / f"warm-{engine}", "small", b"y" * 4096)
         clients = client_first_request(endpoint)
     doc.update(fresh_process_small_hit_s=latency, warm_small_hit_s=warm, s3_client_first_request_s=clients)

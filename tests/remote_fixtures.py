@@ -1,5 +1,11 @@
 """Shared fixtures for the remote-tier tests: real servers, one per session,
-and a raw view of what a remote holds (to inspect or tamper with it)."""
+and a raw view of what a remote holds (to inspect or tamper with it).
+
+S3 is SeaweedFS (tests/servers.py starts `weed server` with its S3 gateway);
+Redis is redis-server as fleets run it: an ACL user with a password, TLS only.
+No test needs a fault that these real servers cannot produce (the stalled,
+refusing and dripping servers of servers.py are real sockets too), so moto
+is not used."""
 
 from __future__ import annotations
 
@@ -15,22 +21,22 @@ import servers
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    why = servers.moto_available()
+def s3_endpoint() -> Iterator[str]:
+    why = servers.seaweedfs_available()
     if why:
         pytest.skip(why)
     os.environ.update(servers.CREDENTIALS)  # obstore reads AWS_* like every S3 client
-    with servers.moto_s3() as endpoint:
+    with servers.seaweedfs_s3() as endpoint:
         yield endpoint
 
 
 @pytest.fixture(scope="session")
-def redis_base() -> Iterator[str]:
+def redis_srv() -> Iterator[servers.RedisServer]:
     why = servers.redis_available()
     if why:
         pytest.skip(why)
-    with servers.redis_server() as base:
-        yield base
+    with servers.redis_server() as server:
+        yield server
 
 
 @dataclass
@@ -91,13 +97,10 @@ def remote(request: pytest.FixtureRequest) -> tuple[str, Raw]:
     """A fresh remote (its own prefix on a shared server) and a raw view of it."""
     prefix = uuid.uuid4().hex[:12]
     if request.param == "s3":
-        endpoint = request.getfixturevalue("moto_endpoint")
+        endpoint = request.getfixturevalue("s3_endpoint")
         url = servers.s3_url(endpoint, prefix)
         return url, Raw(url, servers.raw_s3(endpoint), prefix)
-    import redis
-
-    base = request.getfixturevalue("redis_base")
-    url = servers.redis_url(base, prefix)
-    port = int(urlsplit(base).port or 6379)
+    server = request.getfixturevalue("redis_srv")
+    url = server.url(prefix)
     assert parse_qs(urlsplit(url).query)["prefix"] == [prefix]
-    return url, Raw(url, redis.Redis(host="127.0.0.1", port=port), prefix)
+    return url, Raw(url, server.client(), prefix)

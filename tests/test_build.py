@@ -383,8 +383,8 @@ def test_a_remote_entry_with_headers_serves_another_checkout(project: Path, tmp_
         pytest.skip(why)
     clone = tmp_path / "machine-b" / "src-checkout"
     shutil.copytree(project, clone)
-    with servers.redis_server() as base:
-        url = servers.redis_url(base)
+    with servers.redis_server() as server:
+        url = server.url()
         a = Cache(tmp_path / "A", remote=url)
         built = cc.build_library("x", [project / "csrc" / "lib.cpp"], cflags=[f"-I{project / 'include'}"], cache=a)
         assert built.origin == "built" and built.manifest.deps

@@ -1,5 +1,6 @@
-"""The remote tier against real servers on 127.0.0.1: moto's S3 server and
-redis-server. Two cache roots play machine A and machine B."""
+"""The remote tier against real servers on 127.0.0.1: SeaweedFS's S3 gateway and
+redis-server with an ACL user over TLS (tests/servers.py). Two cache roots play
+machine A and machine B."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from abicache.errors import AbicacheWarning, ConfigError
 from abicache.remote import keys
 from abicache.store.verify import verify_store
 from conftest import SRC, fixed_facts, need, writer
-from remote_fixtures import Raw, moto_endpoint, redis_base, remote  # noqa: F401  (fixtures)
+from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
 FILES = {"lib/kernel.bin": os.urandom(3000), "meta.json": '{"n": 1}', "empty": b""}
@@ -197,6 +198,112 @@ def test_bad_settings_are_clear_errors(monkeypatch: pytest.MonkeyPatch, tmp_path
         Cache(tmp_path, remote="redis://localhost:6379/0")
     monkeypatch.delenv("ABICACHE_TRUSTED_KEYS")
     assert "secret" not in str(remote_mod.RemoteSettings.from_env("redis://u:secret@h:1/0").url)
+
+
+# ---- Redis as fleets run it ------------------------------------------------------
+
+
+def _remote_warning(tmp_path: Path, url: str) -> tuple[object, list[str]]:
+    cache = Cache(tmp_path / "W", remote=url)
+    return quiet(lambda: cache.get_or_build("test", "w", {"extra": {"v": 1}}, writer({"f": b"local"})))
+
+
+@pytest.mark.usefixtures("redis_srv")
+def test_redis_acl_user_over_tls_shares_between_machines(tmp_path: Path, redis_srv: servers.RedisServer) -> None:
+    url = redis_srv.url()
+    assert url.startswith("rediss://abicache:") and "ca=" in url
+    a, b = machines(tmp_path, url)
+    built = a.get_or_build("test", "x", {"extra": {"v": 1}}, writer({"f": b"payload"}))
+    got = b.get_or_build("test", "x", {"extra": {"v": 1}}, never)
+    assert (built.origin, got.origin, got.file().read_bytes()) == ("built", "remote", b"payload")
+
+
+@pytest.mark.parametrize("mistake, said", [
+    ("wrong password", "check the user and password"),
+    ("no CA file", "certificate verify failed"),
+    ("plain text to a TLS port", "failed"),
+])
+def test_redis_credentials_and_tls_mistakes_are_named(tmp_path: Path, redis_srv: servers.RedisServer,
+                                                      mistake: str, said: str) -> None:
+    url = redis_srv.url("m")
+    if mistake == "wrong password":
+        url = url.replace(servers.REDIS_PASSWORD, "not-the-password")
+    elif mistake == "no CA file":
+        url = url.split("&ca=")[0]
+    else:
+        url = url.replace("rediss://", "redis://").split("&ca=")[0]
+    start = time.monotonic()
+    art, warned = _remote_warning(tmp_path, url)
+    assert art.origin == "built" and time.monotonic() - start < 10  # fails open, bounded
+    assert len(warned) == 1 and said in warned[0], warned
+    assert servers.REDIS_PASSWORD not in warned[0] and "not-the-password" not in warned[0]
+
+
+def test_an_acl_user_confined_to_its_prefix(tmp_path: Path) -> None:
+    """Two fleets on one server, each user allowed only its own keys: each works
+    under its prefix, and a user pointed at the other's prefix is refused by name."""
+    why = servers.redis_available()
+    if why:
+        pytest.skip(why)
+    acl = ["--user", "fleet-a", "on", ">pass-a", "~fleet-a:*", "+@all", "-@dangerous", "--user", "fleet-b", "on",
+           ">pass-b", "~fleet-b:*", "+@all", "-@dangerous"]
+    with servers.redis_server(auth=True, tls=False, extra=acl) as server:
+        host = f"127.0.0.1:{server.port}"
+        ok = f"redis://fleet-a:pass-a@{host}/0?prefix=fleet-a"
+        a, b = machines(tmp_path, ok)
+        a.get_or_build("test", "x", {"extra": {"v": 1}}, writer({"f": b"a"}))
+        assert b.get_or_build("test", "x", {"extra": {"v": 1}}, never).origin == "remote"
+        art, warned = _remote_warning(tmp_path, f"redis://fleet-a:pass-a@{host}/0?prefix=fleet-b")
+        assert art.origin == "built"
+        assert len(warned) == 1 and "ACL user may not" in warned[0] and "~fleet-b:*" in warned[0], warned
+
+
+def _cluster_of_two() -> tuple[list[subprocess.Popen[bytes]], list[int], list[int], list[str]]:
+    """Two cluster nodes (not yet joined): processes, client ports, bus ports, folders. The bus
+    ports are chosen too: the default, port + 10000, may pass 65535."""
+    ports = [servers.free_port(), servers.free_port()]
+    buses = [servers.free_port(), servers.free_port()]
+    folders = [__import__("tempfile").mkdtemp(prefix="abicache-cluster-") for _ in ports]
+    procs = [subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                               "--appendonly", "no", "--dir", folder, "--cluster-enabled", "yes",
+                               "--cluster-port", str(bus)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for port, bus, folder in zip(ports, buses, folders)]
+    return procs, ports, buses, folders
+
+
+def test_a_redis_cluster_is_refused_with_the_reason(tmp_path: Path) -> None:
+    why = servers.redis_available()
+    if why:
+        pytest.skip(why)
+    import shutil
+
+    import redis
+
+    procs, ports, buses, folders = _cluster_of_two()
+    try:
+        nodes = []
+        for proc, port in zip(procs, ports):
+            servers._wait_for(port, proc, "redis-server (cluster node)")
+            nodes.append(redis.Redis(host="127.0.0.1", port=port))
+        nodes[0].execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
+        nodes[1].execute_command("CLUSTER", "ADDSLOTSRANGE", 8192, 16383)
+        nodes[0].execute_command("CLUSTER", "MEET", "127.0.0.1", ports[1], buses[1])
+        deadline = time.monotonic() + 20
+        while any(n.execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") < 0 for n in nodes):
+            assert time.monotonic() < deadline, "the two-node cluster did not form"
+            time.sleep(0.1)
+        warned: list[str] = []
+        for i in range(12):  # keys hash to either node: some land on the other one
+            remote_mod.reset()
+            _, said = quiet(lambda: Cache(tmp_path / f"c{i}", remote=f"redis://127.0.0.1:{ports[0]}/0?prefix=p{i}")
+                            .get_or_build("test", f"k{i}", {"extra": {"v": i}}, writer({"f": b"x"})))
+            warned += said
+        assert any("Redis Cluster" in w and "standalone" in w for w in warned), warned
+    finally:
+        for proc in procs:
+            servers._stop(proc)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---- untrusted content -------------------------------------------------------------

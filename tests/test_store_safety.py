@@ -29,7 +29,7 @@ from abicache import Cache, cc
 from abicache.errors import AbicacheError, BuildError, ConfigError, UntrustedRootError
 from abicache.store.verify import verify_store
 from conftest import SRC, run_py, writer
-from remote_fixtures import Raw, moto_endpoint, redis_base, remote  # noqa: F401  (fixtures)
+from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
 
 INPUTS = {"sources": {"x.txt": "payload"}}
 
@@ -211,8 +211,8 @@ def test_a_slow_drip_redis_is_bounded_per_call(tmp_path: Path) -> None:
     why = servers.redis_available()
     if why:
         pytest.skip(why)
-    with servers.redis_server() as base, servers.drip_proxy(int(base.rsplit(":", 1)[1]), 1.0) as port:
-        url = f"redis://127.0.0.1:{port}/0?prefix=drip"
+    with servers.redis_server(tls=False) as server, servers.drip_proxy(server.port, 1.0) as port:
+        url = server.base.replace(f":{server.port}", f":{port}") + "/0?prefix=drip"
         try:
             done = run_py(SLOW_CLIENT.replace("sys.argv[1]", repr(str(tmp_path / "s")))
                           .replace("sys.argv[2]", repr(url)),

@@ -16,7 +16,7 @@ import pytest
 
 from abicache import Cache
 from conftest import ROOT, SRC
-from remote_fixtures import redis_base  # noqa: F401  (a fixture)
+from remote_fixtures import redis_srv  # noqa: F401  (a fixture)
 
 KERNEL = Path(__file__).with_name("triton_kernel.py")
 VENVS = Path(os.environ.get("ABICACHE_TEST_VENVS", Path.home() / ".cache" / "abicache-test-venvs"))
@@ -288,12 +288,10 @@ def test_each_triton_version_hits_misses_and_dumps(older_triton: str, tmp_path: 
     assert dumped["cubin_sha"] == first["cubin_sha"] and list((tmp_path / "dump").rglob("*.ptx"))
 
 
-def test_remote_cache_backend_serves_another_machine(py311: str, tmp_path: Path, redis_base: str) -> None:
+def test_remote_cache_backend_serves_another_machine(py311: str, tmp_path: Path, redis_srv: object) -> None:
     """Triton's own RemoteCacheManager over abicache's remote tier: a second machine
     (another local store, another TRITON_CACHE_DIR) gets the kernel without compiling."""
-    import servers
-
-    remote = servers.redis_url(redis_base, uuid.uuid4().hex[:12])
+    remote = redis_srv.url(uuid.uuid4().hex[:12])  # type: ignore[attr-defined]
     kernel_env = {"TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
                   "TRITON_REMOTE_CACHE_BACKEND": "abicache.triton:RemoteCacheBackend",
                   "ABICACHE_REMOTE": remote, "DEFAULT_CACHE": "1"}  # Triton's own manager and key

@@ -60,12 +60,14 @@ class RedisBackend:
         self._timeout = timeout
         self._errors: tuple[type[Exception], ...] = (redis.RedisError,)
         self._prefix = url.option("prefix", "abicache")
+        tls = {"ssl_ca_certs": url.option("ca")} if url.option("ca") else {}
         self._r = redis.Redis.from_url(
             url.text.split("?")[0],
             socket_connect_timeout=timeout,
             socket_timeout=timeout,
             retry=Retry(NoBackoff(), 1),  # at most one retry
             health_check_interval=0,
+            **tls,
         )
 
     def _name(self, *parts: str) -> str:
@@ -83,7 +85,7 @@ class RedisBackend:
                 raise RemoteError(f"{what} took over {deadline.seconds:.0f} s (a stalled or very slow "
                                   "server); giving up") from None
             if isinstance(exc, self._errors):
-                raise RemoteError(f"{what} failed ({first_line(exc)})") from None
+                raise RemoteError(f"{what} failed ({first_line(exc)}){_hint(exc, self._prefix)}") from None
             raise
 
     def _cut(self) -> None:
@@ -161,6 +163,26 @@ class RedisBackend:
             self._r.close()
         except self._errors:
             pass
+
+
+#: replies (and redis-py's names for them) that mean the server is a Redis Cluster node:
+#: hash slots spread over several servers
+_CLUSTER = ("MOVED", "ASK", "CLUSTERDOWN", "CROSSSLOT", "TRYAGAIN", "MovedError", "AskError", "ClusterDownError",
+            "ClusterCrossSlotError", "TryAgainError")
+
+
+def _hint(exc: Exception, prefix: str) -> str:
+    """What to do about the failures a fleet's own configuration causes."""
+    text = str(exc)
+    if text.split(" ", 1)[0] in _CLUSTER or type(exc).__name__ in _CLUSTER:
+        return ("; this server is a Redis Cluster node, and abicache needs one Redis server (a primary, "
+                "with replicas if you like): point ABICACHE_REMOTE at a standalone server, or use an S3 remote")
+    if text.startswith("NOPERM") or type(exc).__name__ == "NoPermissionError":
+        return (f"; the ACL user may not do this: it needs the keys ~{prefix}:* and the commands "
+                "EVAL, HSETNX, EXISTS, GETRANGE, SET, APPEND, EXPIRE, RENAMENX, PERSIST, DEL, SCAN, MULTI, EXEC")
+    if "WRONGPASS" in text or "NOAUTH" in text or "invalid username-password" in text:
+        return "; check the user and password in the URL (redis://USER:PASSWORD@HOST:PORT/DB)"
+    return ""
 
 
 class _Deadline:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import Advance, Sink, blob_name, entry_prefix, file_chunks, first_line, transfer_seconds
+from .backend import CHUNK, Advance, Sink, blob_name, entry_prefix, file_chunks, first_line, transfer_seconds
 from .url import RemoteURL
 
 
@@ -125,7 +125,7 @@ class S3Backend:
         try:
             # Ranged: a blob longer than its manifest says is never sent past one byte more.
             got = self._obs.get(client, blob_name(sha256), options={"range": (0, size + 1)})
-            for chunk in got.stream(min_chunk_size=min(4 << 20, size + 1)):
+            for chunk in got.stream(min_chunk_size=min(1 << 20, size + 1)):  # 4 MiB measured slower
                 sink(memoryview(chunk))  # no copy: hashlib and file writes take buffers
         except missing:
             return False
@@ -137,8 +137,14 @@ class S3Backend:
         _, failure = _errors()
         client = self._client(transfer_seconds(self._timeout, size))
         try:
-            # Blobs are content addressed: a concurrent identical upload is harmless.
-            self._obs.put(client, blob_name(sha256), file_chunks(path, advance))
+            # Blobs are content addressed: a concurrent identical upload is harmless. Up to one
+            # chunk goes in one PUT (a multipart upload would take three requests).
+            if size <= CHUNK:
+                data = path.read_bytes()
+                self._obs.put(client, blob_name(sha256), data)
+                advance(len(data))
+            else:
+                self._obs.put(client, blob_name(sha256), file_chunks(path, advance))
         except failure as exc:
             raise self._fail(f"uploading blob {sha256[:16]}", exc) from None
 

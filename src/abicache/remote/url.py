@@ -1,4 +1,6 @@
-"""Remote store URLs: s3://BUCKET/PREFIX?endpoint=...&region=... and redis://HOST:PORT/DB.
+"""Remote store URLs: s3://BUCKET/PREFIX?endpoint=...&region=... and
+redis://[USER:PASSWORD@]HOST:PORT/DB?prefix=P, or rediss://... (TLS; ca=FILE
+names the CA bundle that signed the server's certificate, else the system's).
 
 Parsing is pure and fast; nothing here imports a client library.
 """
@@ -15,7 +17,7 @@ from ..errors import ConfigError
 OPTIONS: dict[str, frozenset[str]] = {
     "s3": frozenset({"endpoint", "region"}),
     "redis": frozenset({"prefix"}),
-    "rediss": frozenset({"prefix"}),
+    "rediss": frozenset({"prefix", "ca"}),
 }
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _PREFIX = re.compile(r"^[A-Za-z0-9._/-]*$")
