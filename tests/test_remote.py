@@ -599,3 +599,98 @@ def test_pull_reports_refusals_once_per_kind_in_its_own_words(tmp_path: Path, re
     rows = json.loads(capsys.readouterr().out)["entries"]
     assert [r["result"] for r in rows] == ["refused"] * 3 and all("signature" in r["why"] or "sign" in r["why"]
                                                                 for r in rows)
+
+
+# ---- fleet maintenance: parallel transfers, stats, prune ------------------------------------------
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    from abicache.cli.main import main
+
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_parallel_push_and_pull_move_every_entry_once(tmp_path: Path, remote: tuple[str, Raw],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    url, raw = remote
+    ci = Cache(tmp_path / "CI", remote=False)
+    payloads = {n: os.urandom(5000 + n) for n in range(24)}
+    for n, data in payloads.items():
+        ci.get_or_build("test", f"k{n}", {"extra": {"n": n}}, writer({"f.bin": data, "shared.txt": b"same"}))
+    code, pushed = _cli(capsys, "push", "--root", str(tmp_path / "CI"), "--remote", url, "--jobs", "6")
+    assert code == 0 and sorted(e["result"] for e in pushed["entries"]) == ["uploaded"] * 24
+    assert raw.count_manifests() == 24
+    code, pulled = _cli(capsys, "pull", "--root", str(tmp_path / "node"), "--remote", url, "-j", "6")
+    assert code == 0 and sorted(e["name"] for e in pulled["entries"]) == sorted(f"k{n}" for n in payloads)
+    node = Cache(tmp_path / "node", remote=False)
+    for n, data in payloads.items():
+        got = node.get_or_build("test", f"k{n}", {"extra": {"n": n}}, never)
+        assert got.file("f.bin").read_bytes() == data
+    assert verify_store(node.store, full=True).clean
+    from abicache.cli.main import main
+
+    with pytest.raises(SystemExit):  # argparse's usage error
+        main(["push", "--jobs", "0"])
+
+
+def test_remote_stats_and_prune_by_age_size_and_broken_entries(tmp_path: Path, remote: tuple[str, Raw],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    url, raw = remote
+    a = Cache(tmp_path / "A", remote=url)
+    arts = [a.get_or_build("test", f"k{n}", {"extra": {"n": n}}, writer({"f.bin": os.urandom(1000 * (n + 1))}))
+            for n in range(4)]
+    root = ["--root", str(tmp_path / "A"), "--remote", url]
+    code, stats = _cli(capsys, "remote", "stats", *root)
+    assert code == 0 and (stats["entries"], stats["variants"], stats["blobs"]) == (4, 4, 4)
+    assert stats["blob_bytes"] == 10000 and stats["unreferenced_blobs"] == 0 and stats["broken_entries"] == 0
+
+    raw.delete_blob(arts[0].manifest.files[0].sha256)  # k0 is now broken: a fetch of it fails
+    raw.put_blob("ab" * 32, b"orphan")  # a blob no manifest names (an interrupted publish)
+    code, plan = _cli(capsys, "remote", "prune", "--dry-run", "--max-size", "6999", *root)
+    assert code == 0 and plan["dry_run"]
+    assert sorted((e["name"], e["why"].split()[0]) for e in plan["deleted_entries"]) == \
+        [("k0", "names"), ("k1", "oldest"), ("k2", "oldest")]
+    assert _cli(capsys, "remote", "stats", *root)[1]["variants"] == 4  # a dry run changes nothing
+
+    code, done = _cli(capsys, "remote", "prune", "--max-age", "365d", *root)  # only the broken one goes
+    assert [e["name"] for e in done["deleted_entries"]] == ["k0"] and done["deleted_blobs"] == 0
+    assert done["marked_blobs"] == 1  # the orphan: marked now, deleted after the grace period
+    code, done = _cli(capsys, "remote", "prune", *root)  # within the grace: kept
+    assert done["deleted_blobs"] == 0
+    code, done = _cli(capsys, "remote", "prune", "--grace", "0s", "--max-size", "6999", *root)
+    assert sorted(e["name"] for e in done["deleted_entries"]) == ["k1", "k2"]  # oldest first until at most 6999
+    assert done["deleted_blobs"] == 1 and done["freed_bytes"] == len(b"orphan")
+    code, stats = _cli(capsys, "remote", "stats", *root)
+    assert (stats["variants"], stats["marked_blobs"]) == (1, 2)  # k1's and k2's blobs wait out their grace
+    code, done = _cli(capsys, "remote", "prune", "--grace", "0s", *root)
+    assert done["deleted_blobs"] == 2
+    code, stats = _cli(capsys, "remote", "stats", *root)
+    assert (stats["variants"], stats["blobs"], stats["unreferenced_blobs"], stats["marked_blobs"]) == (1, 1, 0, 0)
+    b = Cache(tmp_path / "B", remote=url)  # what is left still serves
+    assert b.get_or_build("test", "k3", {"extra": {"n": 3}}, never).origin == "remote"
+
+
+def test_a_blob_named_again_loses_its_mark(tmp_path: Path, remote: tuple[str, Raw],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A prune marks a blob that a publish in flight has uploaded but not yet named; the
+    manifest lands; the next prune, past the grace, keeps the blob and clears its mark."""
+    url, raw = remote
+    data = os.urandom(3000)
+    import hashlib
+
+    sha = hashlib.sha256(data).hexdigest()
+    raw.put_blob(sha, data)  # the publisher's blob, its manifest not yet written
+    root = ["--root", str(tmp_path / "A"), "--remote", url]
+    assert _cli(capsys, "remote", "prune", *root)[1]["marked_blobs"] == 1
+    Cache(tmp_path / "A", remote=url).get_or_build("test", "late", {"extra": {}}, writer({"f.bin": data}))
+    code, done = _cli(capsys, "remote", "prune", "--grace", "0s", *root)
+    assert (done["deleted_blobs"], done["unmarked_blobs"]) == (0, 1)
+    assert Cache(tmp_path / "B", remote=url).get_or_build("test", "late", {"extra": {}}, never).origin == "remote"
+
+
+def test_prune_options_belong_to_prune(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    from abicache.cli.main import main
+
+    url, _ = remote
+    assert main(["remote", "--max-age", "1d", "--remote", url, "--root", str(tmp_path)]) == 2

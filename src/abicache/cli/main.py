@@ -79,10 +79,26 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("--kind", help="only entries of this kind")
     select.add_argument("--name", help="only entries of this name")
-    sub.add_parser("push", parents=[common, remote, select], help="upload local entries to the remote")
-    sub.add_parser("pull", parents=[common, remote, select],
+    jobs = argparse.ArgumentParser(add_help=False)
+    jobs.add_argument("--jobs", "-j", type=_positive, default=8, metavar="N",
+                      help="entries moved at once (default 8)")
+    sub.add_parser("push", parents=[common, remote, select, jobs], help="upload local entries to the remote")
+    sub.add_parser("pull", parents=[common, remote, select, jobs],
                    help="fetch the remote's entries that can load here")
-    sub.add_parser("remote", parents=[common, remote], help="show the remote's settings; check it answers")
+    p = sub.add_parser("remote", parents=[common, remote],
+                       help="check the remote answers (default), show what it holds (stats), or prune it",
+                       description="abicache remote [check]: settings and a round trip. "
+                                   "abicache remote stats: entries, blobs and bytes the remote holds. "
+                                   "abicache remote prune: delete broken entries, entries older than --max-age, "
+                                   "the oldest while over --max-size, and blobs no entry names (after --grace); "
+                                   "safe while other machines read and publish.")
+    p.add_argument("action", nargs="?", default="check", choices=("check", "stats", "prune"))
+    p.add_argument("--max-age", type=commands.parse_age, help="prune: entries created longer ago, e.g. 30d")
+    p.add_argument("--max-size", type=commands.parse_size, help="prune: keep the blobs entries name under this, "
+                                                              "e.g. 500G")
+    p.add_argument("--grace", type=commands.parse_age, default=None,
+                   help="prune: how long a blob no entry names is kept (default 1h)")
+    p.add_argument("--dry-run", action="store_true", help="prune: report what would be deleted")
     p = sub.add_parser("keys", parents=[common], help="signing keys for the remote tier")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     actions.required = True
@@ -109,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return int(text)
 
 
 if __name__ == "__main__":

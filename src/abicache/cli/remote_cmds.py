@@ -61,26 +61,42 @@ def _refusal_kinds(rows: list[dict[str, str]]) -> dict[str, int]:
     return kinds
 
 
+def _parallel(jobs: int, items: list[Any], fn: Callable[[Any], Any], bar: render.Progress) -> list[Any]:
+    """fn over items on `jobs` threads (transfers wait on the network); results in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item: Any) -> Any:
+        try:
+            return fn(item)
+        finally:
+            bar.advance()
+
+    with ThreadPoolExecutor(max(1, min(jobs, len(items) or 1)), thread_name_prefix="abicache-remote") as pool:
+        return list(pool.map(one, items))
+
+
 def cmd_push(args: argparse.Namespace) -> int:
-    """Upload local entries (e.g. a CI job after building everything)."""
+    """Upload local entries (e.g. a CI job after building everything), args.jobs at once."""
     from .. import replicate
 
     cache = _cache(args)
     chosen = [(v, m) for v, m in manifests_of(cache) if _wanted(args)(m)]
-    rows = []
+
+    def push(item: tuple[Path, Manifest]) -> dict[str, str]:
+        vdir, m = item
+        result = replicate.publish(cache.remote, cache.store, vdir, m)
+        status = result.status
+        if status == "exists":
+            status = "present" if result.winner.files == m.files else "remote has other bytes"
+        return _row(m, status)
+
     with render.Progress("pushing", len(chosen)) as bar:
-        for vdir, m in chosen:
-            result = replicate.publish(cache.remote, cache.store, vdir, m)
-            status = result.status
-            if status == "exists":
-                status = "present" if result.winner.files == m.files else "remote has other bytes"
-            rows.append(_row(m, status))
-            bar.advance()
+        rows = _parallel(args.jobs, chosen, push, bar)
     return _report(args, cache, "pushed to", rows)
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    """Fetch the remote's entries that can load here (e.g. a node before a job)."""
+    """Fetch the remote's entries that can load here (e.g. a node before a job), args.jobs at once."""
     from .. import replicate
 
     cache = _cache(args)
@@ -90,12 +106,13 @@ def cmd_pull(args: argparse.Namespace) -> int:
     rows = []
     with render.Progress("pulling", len(listed)) as bar, warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always", AbicacheWarning)  # gathered into the table and one summary
-        for kind, key in listed:
-            before = len(said)
-            found = _pull_one(cache, replicate, kind, key, _wanted(args))
-            reasons = [str(w.message).removeprefix("abicache: ") for w in said[before:]]
-            rows += [{**r, "why": "; ".join(reasons)} if r["result"] == "refused" else r for r in found]
-            bar.advance()
+        found = _parallel(args.jobs, listed, lambda kk: _pull_one(cache, replicate, kk[0], kk[1], _wanted(args)),
+                          bar)
+        refusals = [str(w.message).removeprefix("abicache: ") for w in said
+                    if str(w.message).startswith("abicache: refused from remote")]
+        for part in found:  # refusals come from threads in any order: each row names its own key
+            rows += [{**r, "why": "; ".join(w for w in refusals if r["key"][:16] in w) or "; ".join(refusals)}
+                     if r["result"] == "refused" else r for r in part]
     for w in said:  # anything else abicache warned about, in its own words
         if not str(w.message).startswith("abicache: refused from remote"):
             render.say(f"[yellow]{w.message}[/]")
@@ -119,7 +136,14 @@ def _row(m: Manifest, result: str) -> dict[str, str]:
 
 
 def cmd_remote(args: argparse.Namespace) -> int:
-    """Show the remote's settings and check that it answers."""
+    """abicache remote [check|stats|prune]."""
+    if args.action == "stats":
+        return _remote_stats(args)
+    if args.action == "prune":
+        return _remote_prune(args)
+    given = [f"--{o.replace('_', '-')}" for o in ("max_age", "max_size", "grace", "dry_run") if getattr(args, o)]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: for `abicache remote prune`, not `abicache remote {args.action}`")
     cache = _cache(args)
     tier = cache.remote
     start = time.perf_counter()
@@ -138,6 +162,67 @@ def cmd_remote(args: argparse.Namespace) -> int:
     else:
         render.table(f"remote {tier.name}", ["setting", "value"], [(k, v) for k, v in doc.items()])
     return 0 if answered is not None else 1
+
+
+def _inventory(args: argparse.Namespace) -> tuple[Cache, Any, Any]:
+    """The remote's whole inventory (a ConfigError naming the failure if the remote fails)."""
+    from ..errors import RemoteError
+    from ..remote import prune
+
+    cache = _cache(args)
+    try:
+        with render.Progress("reading manifests", None) as bar:
+            inv = prune.inventory(cache.remote.backend(), bar.advance)
+    except RemoteError as exc:
+        raise ConfigError(f"remote {cache.remote.name}: {exc}") from None
+    return cache, prune, inv
+
+
+def _remote_stats(args: argparse.Namespace) -> int:
+    cache, prune, inv = _inventory(args)
+    doc = {"remote": cache.remote.name, **prune.stats(inv)}
+    if args.json:
+        render.emit_json(doc)
+        return 0
+    render.table(f"remote {cache.remote.name}", ["", "count"],
+                 [(k, render.human_size(v) if k.endswith("bytes") else v) for k, v in doc.items()
+                  if k not in ("remote", "kinds")])
+    render.table("by kind", ["kind", "variants", "bytes"],
+                 [(k, v["variants"], render.human_size(v["bytes"])) for k, v in sorted(doc["kinds"].items())])
+    return 0
+
+
+def _remote_prune(args: argparse.Namespace) -> int:
+    from ..errors import RemoteError
+
+    cache, prune, inv = _inventory(args)
+    if not cache.remote.writable and not args.dry_run:
+        raise ConfigError(f"remote {cache.remote.name} is read-only here (ABICACHE_REMOTE_MODE=read, or trusted "
+                          "keys without a signing key): prune needs write access; --dry-run shows the plan")
+    now = time.time()
+    todo = prune.plan(inv, now=now, max_age=args.max_age, max_size=args.max_size,
+                      grace=prune.GRACE if args.grace is None else args.grace)
+    if not args.dry_run:
+        try:
+            prune.apply(cache.remote.backend(), todo, now=now)
+        except RemoteError as exc:
+            raise ConfigError(f"remote {cache.remote.name}: pruning stopped: {exc}; nothing unsafe was left: "
+                              "run it again") from None
+    doc = {"remote": cache.remote.name, "dry_run": args.dry_run,
+           "deleted_entries": [{"kind": v.kind, "name": v.manifest.name if v.manifest else "-", "key": v.key,
+                                "variant": v.variant, "why": why} for v, why in todo.delete],
+           "deleted_blobs": len(todo.delete_blobs), "freed_bytes": todo.freed,
+           "marked_blobs": len(todo.mark), "unmarked_blobs": len(todo.unmark)}
+    if args.json:
+        render.emit_json(doc)
+        return 0
+    render.table(f"{'would prune' if args.dry_run else 'pruned'} {cache.remote.name}",
+                 ["kind", "name", "key", "variant", "why"],
+                 [(e["kind"], e["name"], e["key"][:12], e["variant"][:8], e["why"]) for e in doc["deleted_entries"]])
+    render.say(f"{len(todo.delete)} entries, {len(todo.delete_blobs)} blobs "
+               f"({render.human_size(todo.freed)}) {'would be ' if args.dry_run else ''}deleted; "
+               f"{len(todo.mark)} blobs no entry names marked (deleted by a prune after the grace period)")
+    return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

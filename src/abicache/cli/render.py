@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any, Iterable, Sequence
 
@@ -60,25 +61,44 @@ def ago(timestamp: float) -> str:
 
 
 class Progress:
-    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+    """A rich progress bar on stderr on a terminal; in a log (CI), a line once
+    work has run progress.LONG_SECONDS and then at most that often; silent
+    when ABICACHE_PROGRESS=0. Safe to advance from worker threads."""
 
     def __init__(self, label: str, total: int | None) -> None:
         self.label, self.total = label, total
         self._bar: Any = None
+        self._done = 0
+        self._lock = threading.Lock()
+        self._start = self._said = time.perf_counter()
+        self._log = False
 
     def __enter__(self) -> Progress:
-        if sys.stderr.isatty():
+        from .. import progress
+
+        mode = progress.mode()
+        if mode == "on" and sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import Progress as Bar
 
             self._bar = Bar(console=Console(stderr=True), transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=self.total)
+        else:
+            self._log = mode != "off"
         return self
 
     def advance(self, n: int = 1) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task, n)
+        from .. import progress
+
+        with self._lock:
+            self._done += n
+            if self._bar is not None:
+                self._bar.advance(self._task, n)
+            elif self._log and time.perf_counter() - self._said >= progress.LONG_SECONDS:
+                self._said = time.perf_counter()
+                progress.say(f"{self.label}: {self._done}/{self.total if self.total is not None else '?'} "
+                             f"after {self._said - self._start:.0f} s")
 
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:

@@ -7,12 +7,13 @@ RemoteError; "not there" is an answer (None / False), not an error.
 Layout (both engines):
     blobs       v1/blobs/<sha[:2]>/<sha256>            content addressed, immutable
     manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
+    gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 #: receives each chunk of a download, in order (bytes or a memoryview, valid during the call)
 Sink = Callable[["bytes | memoryview"], None]
@@ -42,7 +43,32 @@ class Backend(Protocol):
     def entries(self) -> Iterator[tuple[str, str]]:
         """Every (kind, key) with at least one manifest."""
 
+    # ---- maintenance (remote stats, remote prune) ----------------------------
+
+    def variants(self) -> Iterator[Listed]:
+        """Every manifest: name (kind/key/variant), size, and when written where the engine knows."""
+
+    def blobs(self) -> Iterator[Listed]:
+        """Every blob: name (its sha256), size, and when written where the engine knows."""
+
+    def delete_manifest(self, kind: str, key: str, variant: str) -> None: ...
+
+    def delete_blob(self, sha256: str) -> None: ...
+
+    def marks(self) -> dict[str, float]:
+        """sha256 -> when it was found unreferenced (the time of the prune that marked it)."""
+
+    def set_marks(self, marks: dict[str, float]) -> None: ...
+
+    def clear_marks(self, shas: list[str]) -> None: ...
+
     def close(self) -> None: ...
+
+
+class Listed(NamedTuple):
+    name: str  # "kind/key/variant" for a manifest, the sha256 for a blob
+    size: int
+    written: float | None  # seconds since the epoch; None where the engine keeps no time
 
 
 def blob_name(sha256: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, MIN_RATE, Advance, Sink, first_line
+from .backend import CHUNK, MIN_RATE, Advance, Listed, Sink, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
@@ -157,6 +157,41 @@ class RedisBackend:
             parts = name.decode().split(":")
             if len(parts) >= 5:
                 yield parts[-2], parts[-1]
+
+    def _scan(self, what: str, pattern: str) -> list[bytes]:
+        return self._call(f"listing {what}", lambda: list(self._r.scan_iter(match=pattern, count=1000)))
+
+    def variants(self) -> Iterator[Listed]:
+        for name in self._scan("manifests", self._name("m", "*")):
+            parts = name.decode().split(":")
+            if len(parts) < 5:
+                continue
+            sizes = self._call("listing manifests", self._r.eval, _SIZES_LUA, 1, name, MAX_VARIANTS)
+            for variant, size in zip(sizes[0::2], sizes[1::2]):
+                yield Listed(f"{parts[-2]}/{parts[-1]}/{variant.decode('utf-8', 'replace')}", int(size), None)
+
+    def blobs(self) -> Iterator[Listed]:
+        for name in self._scan("blobs", self._name("b", "*")):
+            size = self._call("listing blobs", self._r.strlen, name)
+            yield Listed(name.decode().rsplit(":", 1)[-1], int(size), None)
+
+    def delete_manifest(self, kind: str, key: str, variant: str) -> None:
+        self._call("deleting a manifest", self._r.hdel, self._name("m", kind, key), variant)
+
+    def delete_blob(self, sha256: str) -> None:
+        self._call("deleting a blob", self._r.delete, self._name("b", sha256))
+
+    def marks(self) -> dict[str, float]:
+        found = self._call("reading gc marks", self._r.hgetall, self._name("gc"))
+        return {k.decode(): float(v) for k, v in found.items()}
+
+    def set_marks(self, marks: dict[str, float]) -> None:
+        if marks:
+            self._call("marking blobs", lambda: self._r.hset(self._name("gc"), mapping=marks))
+
+    def clear_marks(self, shas: list[str]) -> None:
+        if shas:
+            self._call("clearing gc marks", self._r.hdel, self._name("gc"), *shas)
 
     def close(self) -> None:
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Sink, blob_name, entry_prefix, file_chunks, first_line, transfer_seconds
+from .backend import CHUNK, Advance, Listed, Sink, blob_name, entry_prefix, file_chunks, first_line, transfer_seconds
 from .url import RemoteURL
 
 
@@ -160,6 +160,57 @@ class S3Backend:
                         yield parts[2], parts[3]
         except failure as exc:
             raise self._fail("listing entries", exc) from None
+
+    def _listed(self, prefix: str, what: str) -> Iterator[tuple[str, int, float | None]]:
+        _, failure = _errors()
+        try:
+            for batch in self._obs.list(self._meta, prefix=prefix):
+                for meta in batch:
+                    when = meta.get("last_modified")
+                    yield meta["path"][len(prefix):], int(meta["size"]), when.timestamp() if when else None
+        except failure as exc:
+            raise self._fail(f"listing {what}", exc) from None
+
+    def variants(self) -> Iterator[Listed]:
+        for rest, size, when in self._listed("v1/entries/", "manifests"):
+            if rest.count("/") == 2:
+                yield Listed(rest, size, when)
+
+    def blobs(self) -> Iterator[Listed]:
+        for rest, size, when in self._listed("v1/blobs/", "blobs"):
+            if rest.count("/") == 1:
+                yield Listed(rest.split("/")[1], size, when)
+
+    def _delete(self, path: str) -> None:
+        missing, failure = _errors()
+        try:
+            self._obs.delete(self._meta, path)
+        except missing:
+            pass
+        except failure as exc:
+            raise self._fail(f"deleting {path}", exc) from None
+
+    def delete_manifest(self, kind: str, key: str, variant: str) -> None:
+        self._delete(entry_prefix(kind, key) + variant)
+
+    def delete_blob(self, sha256: str) -> None:
+        self._delete(blob_name(sha256))
+
+    def marks(self) -> dict[str, float]:
+        # A mark is an empty object: the server's write time is when it was marked.
+        return {rest: when or 0.0 for rest, _, when in self._listed("v1/gc/", "gc marks") if "/" not in rest}
+
+    def set_marks(self, marks: dict[str, float]) -> None:
+        _, failure = _errors()
+        for sha in marks:
+            try:
+                self._obs.put(self._meta, f"v1/gc/{sha}", b"")
+            except failure as exc:
+                raise self._fail(f"marking blob {sha[:16]}", exc) from None
+
+    def clear_marks(self, shas: list[str]) -> None:
+        for sha in shas:
+            self._delete(f"v1/gc/{sha}")
 
     def close(self) -> None:
         self._clients.clear()
