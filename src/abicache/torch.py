@@ -37,6 +37,7 @@ from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
+from . import torch_compile as compile_cache  # noqa: F401  abicache.torch.compile_cache
 from .patching import Patch
 from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 

@@ -91,8 +91,8 @@ def _size(vdir: Path, m: Manifest) -> int:
 
 #: the kinds abicache's own frontends write (get_or_build callers may name others)
 FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
-                  "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton", "triton.file",
-                  "tvm_ffi.module")
+                  "torch.compile", "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton",
+                  "triton.file", "tvm_ffi.module")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
