@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -263,7 +264,7 @@ def _cluster_of_two() -> tuple[list[subprocess.Popen[bytes]], list[int], list[in
     ports are chosen too: the default, port + 10000, may pass 65535."""
     ports = [servers.free_port(), servers.free_port()]
     buses = [servers.free_port(), servers.free_port()]
-    folders = [__import__("tempfile").mkdtemp(prefix="abicache-cluster-") for _ in ports]
+    folders = [tempfile.mkdtemp(prefix="abicache-cluster-") for _ in ports]
     procs = [subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                "--appendonly", "no", "--dir", folder, "--cluster-enabled", "yes",
                                "--cluster-port", str(bus)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -694,3 +695,20 @@ def test_prune_options_belong_to_prune(tmp_path: Path, remote: tuple[str, Raw]) 
 
     url, _ = remote
     assert main(["remote", "--max-age", "1d", "--remote", url, "--root", str(tmp_path)]) == 2
+
+
+def test_a_blob_two_entries_share_is_freed_with_the_last() -> None:
+    """--max-size counts a shared blob once: deleting the older entry frees only its own blob."""
+    from abicache.remote import prune
+    from abicache.store.manifest import FileRecord
+
+    def variant(name: str, created: float, shas: list[str]) -> prune.Variant:
+        files = tuple(FileRecord(f"f{i}", sha, 10, 0o444) for i, sha in enumerate(shas))
+        manifest = type("M", (), {"files": files, "created": created, "name": name})()
+        return prune.Variant("test", name, "v", 0, None, manifest)  # type: ignore[arg-type]
+
+    inv = prune.Inventory([variant("old", 1.0, ["a", "shared"]), variant("new", 2.0, ["b", "shared"])],
+                          {"a": 100, "b": 100, "shared": 1000}, {})
+    todo = prune.plan(inv, now=10.0, max_size=1100)
+    assert [v.key for v, _ in todo.delete] == ["old"]  # 1200 -> 1100: "shared" still named by "new"
+    assert sorted(todo.mark) == ["a"]

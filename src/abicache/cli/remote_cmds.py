@@ -111,7 +111,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
         refusals = [str(w.message).removeprefix("abicache: ") for w in said
                     if str(w.message).startswith("abicache: refused from remote")]
         for part in found:  # refusals come from threads in any order: each row names its own key
-            rows += [{**r, "why": "; ".join(w for w in refusals if r["key"][:16] in w) or "; ".join(refusals)}
+            rows += [{**r, "why": "; ".join(w for w in refusals if r["key"][:16] in w)}
                      if r["result"] == "refused" else r for r in part]
     for w in said:  # anything else abicache warned about, in its own words
         if not str(w.message).startswith("abicache: refused from remote"):

@@ -25,13 +25,14 @@ publish slower than the grace) is a broken entry that the next prune removes.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ManifestError
 from ..store import manifest as mf
 from ..store.manifest import Manifest
-from .backend import Backend
+from .backend import Backend, Listed
 
 #: default seconds an unreferenced blob stays before a prune deletes it
 GRACE = 3600.0
@@ -63,19 +64,24 @@ class Inventory:
 
 
 def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None) -> Inventory:
-    """Everything the remote holds (RemoteError if it fails)."""
-    variants = []
+    """Everything the remote holds (RemoteError if it fails); each key's manifests read once."""
+    by_key: dict[tuple[str, str], list[Listed]] = {}
     for listed in backend.variants():
-        kind, key, variant = listed.name.split("/")
-        variants.append(Variant(kind, key, variant, listed.size, listed.written,
-                                _manifest(backend, kind, key, variant)))
-        progress(1)
+        kind, key, _ = listed.name.split("/")
+        by_key.setdefault((kind, key), []).append(listed)
+    variants = []
+    for (kind, key), listed in by_key.items():
+        raws = backend.manifests(kind, key, mf.MAX_BYTES)
+        for item in listed:
+            variant = item.name.split("/")[2]
+            variants.append(Variant(kind, key, variant, item.size, item.written,
+                                    _manifest(raws.get(variant), kind, key, variant)))
+            progress(1)
     blobs = {b.name: b.size for b in backend.blobs()}
     return Inventory(variants, blobs, backend.marks())
 
 
-def _manifest(backend: Backend, kind: str, key: str, variant: str) -> Manifest | None:
-    raw = backend.manifests(kind, key, mf.MAX_BYTES).get(variant)
+def _manifest(raw: bytes | None, kind: str, key: str, variant: str) -> Manifest | None:
     if raw is None:
         return None
     try:
@@ -128,10 +134,7 @@ def plan(inv: Inventory, *, now: float, max_age: float | None = None, max_size: 
         else:
             kept.append(v)
     if max_size is not None:
-        kept.sort(key=lambda v: v.created or 0.0)
-        while kept and _named_bytes(kept, inv) > max_size:
-            v = kept.pop(0)
-            out.delete.append((v, "oldest while the remote is over --max-size"))
+        _oldest_over(kept, inv, max_size, out)
     named = set().union(*(v.shas for v in kept)) if kept else set()
     for sha in inv.blobs.keys() - named:
         marked = inv.marks.get(sha)
@@ -144,9 +147,19 @@ def plan(inv: Inventory, *, now: float, max_age: float | None = None, max_size: 
     return out
 
 
-def _named_bytes(kept: list[Variant], inv: Inventory) -> int:
-    named = set().union(*(v.shas for v in kept))
-    return sum(inv.blobs.get(sha, 0) for sha in named)
+def _oldest_over(kept: list[Variant], inv: Inventory, max_size: int, out: Plan) -> None:
+    """Delete the oldest of kept until the blobs the rest name fit in max_size
+    (a blob shared by several entries counts once, and is freed with the last)."""
+    users = Counter(sha for v in kept for sha in v.shas)
+    total = sum(inv.blobs.get(sha, 0) for sha in users)
+    kept.sort(key=lambda v: v.created or 0.0)
+    while kept and total > max_size:
+        v = kept.pop(0)
+        out.delete.append((v, "oldest while the remote is over --max-size"))
+        for sha in v.shas:
+            users[sha] -= 1
+            if not users[sha]:
+                total -= inv.blobs.get(sha, 0)
 
 
 def apply(backend: Backend, todo: Plan, *, now: float | None = None) -> None:
