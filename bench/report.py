@@ -99,6 +99,15 @@ def main() -> int:
                  f"{v['ratio']:.0%}"] for k, v in r.items() if isinstance(v, dict) and "ratio" in v]
         parts.append("## Remote tier: hit vs the raw client downloading the same object\n\n"
                      + table(["remote, artifact", "abicache remote hit", "raw client", "abicache / raw throughput"], rows))
+    fleet = load("fleet")
+    if fleet:
+        rows = [[x["run"], x["builds"], x["fetched"], x["wrong_loads"], f"{x['finished']}/{x['machines']}",
+                 f"{x['bytes_up'] / 1e6:.2f} / {x['bytes_down'] / 1e6:.2f} MB",
+                 *(f"{x[k] * 1e3:.0f} ms" if x[k] is not None else "-" for k in ("p50_s", "p99_s", "slowest_machine_s"))]
+                for x in fleet["runs"]]
+        parts.append(f"## Fleet: {fleet['nodes']} machines x {fleet['artifacts']} artifacts on one SeaweedFS\n\n"
+                     + table(["run", "builds", "fetched", "wrong loads", "finished", "moved up / down", "p50", "p99",
+                              "slowest machine"], rows))
     fl = load("faults")
     if fl:
         parts.append("## Fault injection\n\n" + table(

@@ -25,7 +25,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ABICACHE_PROGRESS", "0")
     monkeypatch.delenv("ABICACHE_EXPLAIN", raising=False)
     monkeypatch.delenv("ABICACHE_SHARED", raising=False)
-    for name in ("ABICACHE_REMOTE", "ABICACHE_REMOTE_MODE", "ABICACHE_REMOTE_TIMEOUT",
+    for name in ("ABICACHE_REMOTE", "ABICACHE_REMOTE_MODE", "ABICACHE_REMOTE_TIMEOUT", "ABICACHE_REMOTE_LEASE",
                  "ABICACHE_SIGNING_KEY", "ABICACHE_TRUSTED_KEYS"):
         monkeypatch.delenv(name, raising=False)
 

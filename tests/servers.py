@@ -79,6 +79,13 @@ def seaweedfs_s3(folder: str | None = None) -> Iterator[str]:
     """SeaweedFS (master, volume, filer and S3 gateway in one `weed server`) on free
     loopback ports, with signed requests enforced and an empty bucket; yields its S3
     endpoint URL. Stopped by PID; its data lives in a temporary folder."""
+    with seaweedfs_server(folder) as (endpoint, _):
+        yield endpoint
+
+
+@contextmanager
+def seaweedfs_server(folder: str | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """seaweedfs_s3, yielding the process too (bench/fleet.py stops it mid-run)."""
     import json
 
     own = folder is None
@@ -100,7 +107,7 @@ def seaweedfs_s3(folder: str | None = None) -> Iterator[str]:
     try:
         _wait_for(ports["s3"], proc, "weed server (S3 gateway)", seconds=60)
         _create_bucket(endpoint, proc, folder)
-        yield endpoint
+        yield endpoint, proc
     finally:
         _stop(proc, grace=1.0)  # weed drains for seconds on SIGTERM; its data is thrown away
         log.close()

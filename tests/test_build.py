@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from abicache import Cache, cc
 from abicache.build import depfile
@@ -355,6 +357,13 @@ def test_depfile_syntax(tmp_path: Path) -> None:
     assert depfile.parse(text) == ["src/a.cpp", "/usr/include/stdio.h", "inc/my header.h", "$dollar.h"]
     assert depfile.parse("a.o b.o: x.c y.h\nx.c:\n") == ["x.c", "y.h"]
     assert depfile.parse("a.cubin : a.cu \\\n    k.h\n") == ["a.cu", "k.h"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab./: \t-_+C", max_size=60))
+def test_depfile_lines_without_escapes_split_as_the_full_parser_reads_them(line: str) -> None:
+    """The fast path (no backslash, no '$') agrees with the escape-aware parser."""
+    assert depfile._prerequisites(line) == depfile._escaped(line)
 
 
 def test_depfile_matches_what_gcc_wrote(tmp_path: Path) -> None:

@@ -332,8 +332,21 @@ class Cache:
                 # another process may have built it, or another machine
                 found = self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
                 if found is None:
-                    found = self._build(kind, name, key, described, build, declared)
+                    found = self._build_once(kind, name, key, described, build, declared, bases)
         return found
+
+    def _build_once(self, kind: str, name: str, key: str, described: dict[str, Any], build: Builder,
+                    declared: Requirements, bases: Mapping[str, str]) -> Artifact:
+        """Build, unless another machine of the fleet is building this key: then wait
+        for its upload (remote/lease.py); the lease is skipped without a remote."""
+        if self.remote is None or self.remote.down:
+            return self._build(kind, name, key, described, build, declared)
+        from . import progress
+        from .remote import lease
+
+        return lease.build_once(self.remote, kind, key, f"{kind} {name}", lambda: self._fetch(kind, key, bases),
+                                lambda: self._build(kind, name, key, described, build, declared),
+                                self.lock_timeout, progress.note)
 
     def _build(
         self,

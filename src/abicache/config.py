@@ -29,6 +29,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                              "(machines the fleet should not trust)"),
     "ABICACHE_REMOTE_TIMEOUT": ("2", "seconds a remote request may wait to connect or for an "
                                 "answer; after a failure the remote is skipped for the process"),
+    "ABICACHE_REMOTE_LEASE": ("30", "seconds a fleet build lease lives without renewal: one machine builds "
+                              "a key while the others wait for its upload (0: every machine builds)"),
     "ABICACHE_SIGNING_KEY": ("", "Ed25519 private key file (PEM) that signs uploaded manifests"),
     "ABICACHE_TRUSTED_KEYS": ("", "comma-separated public keys (ed25519:...) or files of them; "
                               "when set, remote manifests must carry a signature by one of them"),
@@ -120,6 +122,7 @@ def problems() -> dict[str, str]:
         "ABICACHE_TOUCH_INTERVAL": lambda: seconds("ABICACHE_TOUCH_INTERVAL"),
         "ABICACHE_LOCK_TIMEOUT": lambda: seconds("ABICACHE_LOCK_TIMEOUT"),
         "ABICACHE_REMOTE_TIMEOUT": lambda: seconds("ABICACHE_REMOTE_TIMEOUT"),
+        "ABICACHE_REMOTE_LEASE": lambda: seconds("ABICACHE_REMOTE_LEASE"),
         "ABICACHE_EXPLAIN": lambda: flag("ABICACHE_EXPLAIN"),
         "ABICACHE_PROGRESS": lambda: tristate("ABICACHE_PROGRESS"),
         "ABICACHE_SHARED": lambda: group_setting(text("ABICACHE_SHARED")),

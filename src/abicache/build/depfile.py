@@ -12,6 +12,7 @@ path, not a rule. Phony rules (-MP's 'header.h:') have no prerequisites.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -28,7 +29,18 @@ def parse(text: str) -> list[str]:
     return out
 
 
+_RULE = re.compile(r":(?=[ \t]|$)")
+_BLANKS = re.compile(r"[ \t]+")
+
+
 def _prerequisites(line: str) -> list[str]:
+    if "\\" not in line and "$" not in line:  # nothing escaped (the common case): split on blanks
+        colon = _RULE.search(line)
+        return [w for w in _BLANKS.split(line[colon.end():]) if w] if colon else []
+    return _escaped(line)
+
+
+def _escaped(line: str) -> list[str]:
     words: list[str] = []
     current: list[str] = []
     after_colon = False

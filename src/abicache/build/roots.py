@@ -73,8 +73,22 @@ def _ask(compiler: Sequence[str], lang: str) -> tuple[str, ...]:
 
 
 def normal(path: str, cwd: str | None = None) -> str:
+    if path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
+        return path  # already normal (what depfiles mostly hold): normpath would return it as it is
     return os.path.normpath(os.path.join(cwd or os.getcwd(), path))
 
 
 def under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+class Within:
+    """under(path, roots) for many paths against the same roots: one str.startswith on a tuple."""
+
+    def __init__(self, roots: Iterable[str]) -> None:
+        roots = tuple(roots)
+        self._exact = frozenset(roots)
+        self._prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+
+    def __call__(self, path: str) -> bool:
+        return path in self._exact or path.startswith(self._prefixes)

@@ -8,6 +8,7 @@ Layout (both engines):
     blobs       v1/blobs/<sha[:2]>/<sha256>            content addressed, immutable
     manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
     gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
+    leases      v1/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Callable, Iterator, NamedTuple, Protocol
 Sink = Callable[["bytes | memoryview"], None]
 #: told how many bytes just moved (progress bars)
 Advance = Callable[[int], None]
+#: a lease's version, opaque to its users: S3's ETag, Redis's value itself
+Tag = str | bytes
+#: a lease is a small JSON record; more than this is not read
+LEASE_BYTES = 4096
 #: transfers are read and written in pieces of this size
 CHUNK = 8 << 20
 #: the slowest transfer rate that still counts as alive: a transfer of n bytes
@@ -62,6 +67,19 @@ class Backend(Protocol):
 
     def clear_marks(self, shas: list[str]) -> None: ...
 
+    # ---- build leases (remote/lease.py) ---------------------------------------
+
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
+        """The lease's bytes (at most LEASE_BYTES) and its version tag; None if there is none."""
+
+    def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
+        """Write the lease if there is none (replacing None) or if it is still at version
+        `replacing`, atomically; its new tag, or None where another writer got there first.
+        ttl: seconds after which an engine that can expire keys may drop it."""
+
+    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
+        """Delete the lease if it is still at version tag."""
+
     def close(self) -> None: ...
 
 
@@ -77,6 +95,10 @@ def blob_name(sha256: str) -> str:
 
 def entry_prefix(kind: str, key: str) -> str:
     return f"v1/entries/{kind}/{key}/"
+
+
+def lease_name(kind: str, key: str) -> str:
+    return f"v1/leases/{kind}/{key}"
 
 
 def transfer_seconds(timeout: float, size: int) -> float:

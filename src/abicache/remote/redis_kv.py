@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, MIN_RATE, Advance, Listed, Sink, first_line
+from .backend import CHUNK, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
@@ -47,6 +47,19 @@ if redis.call('HSTRLEN', KEYS[1], ARGV[1]) <= tonumber(ARGV[2]) then
   return redis.call('HGET', KEYS[1], ARGV[1])
 end
 return false
+"""
+# Build leases: the value is its own version; replaced or deleted only while unchanged.
+_LEASE_REPLACE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return false
+"""
+_LEASE_DROP_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 
@@ -193,6 +206,23 @@ class RedisBackend:
         if shas:
             self._call("clearing gc marks", self._r.hdel, self._name("gc"), *shas)
 
+    # ---- build leases: expired by the server itself (PX), so a dead holder's goes away
+
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
+        data = self._call("reading a lease", self._r.getrange, self._name("lease", kind, key), 0, LEASE_BYTES - 1)
+        return (bytes(data), bytes(data)) if data else None
+
+    def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
+        name, ms = self._name("lease", kind, key), max(1, int(ttl * 1000))
+        if replacing is None:
+            done = self._call("taking a lease", lambda: self._r.set(name, data, nx=True, px=ms))
+        else:
+            done = self._call("renewing a lease", self._r.eval, _LEASE_REPLACE_LUA, 1, name, replacing, data, ms)
+        return data if done else None
+
+    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
+        self._call("releasing a lease", self._r.eval, _LEASE_DROP_LUA, 1, self._name("lease", kind, key), tag)
+
     def close(self) -> None:
         try:
             self._r.close()
@@ -214,7 +244,7 @@ def _hint(exc: Exception, prefix: str) -> str:
                 "with replicas if you like): point ABICACHE_REMOTE at a standalone server, or use an S3 remote")
     if text.startswith("NOPERM") or type(exc).__name__ == "NoPermissionError":
         return (f"; the ACL user may not do this: it needs the keys ~{prefix}:* and the commands "
-                "EVAL, HSETNX, EXISTS, GETRANGE, SET, APPEND, EXPIRE, RENAMENX, PERSIST, DEL, SCAN, MULTI, EXEC")
+                "EVAL, HSETNX, EXISTS, GET, GETRANGE, SET, APPEND, EXPIRE, RENAMENX, PERSIST, DEL, SCAN, MULTI, EXEC")
     if "WRONGPASS" in text or "NOAUTH" in text or "invalid username-password" in text:
         return "; check the user and password in the URL (redis://USER:PASSWORD@HOST:PORT/DB)"
     return ""

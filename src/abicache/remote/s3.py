@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Listed, Sink, blob_name, entry_prefix, file_chunks, first_line, transfer_seconds
+from .backend import (CHUNK, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix, file_chunks, first_line,
+                      lease_name, transfer_seconds)
 from .url import RemoteURL
 
 
@@ -211,6 +212,41 @@ class S3Backend:
     def clear_marks(self, shas: list[str]) -> None:
         for sha in shas:
             self._delete(f"v1/gc/{sha}")
+
+    # ---- build leases: conditional writes on the ETag (If-None-Match: * to take
+    # one, If-Match to renew or take over a dead one), so two machines never both win
+
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
+        missing, failure = _errors()
+        path = lease_name(kind, key)
+        try:
+            got = self._obs.get(self._meta, path, options={"range": (0, LEASE_BYTES)})
+            return bytes(got.bytes())[:LEASE_BYTES], str(got.meta.get("e_tag") or "")
+        except missing:
+            return None
+        except failure as exc:
+            raise self._fail(f"reading {path}", exc) from None
+
+    def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        missing, failure = _errors()
+        path = lease_name(kind, key)
+        mode: Any = "create" if replacing is None else {"e_tag": str(replacing)}
+        try:
+            result = self._obs.put(self._meta, path, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError, *missing):
+            return None
+        except failure as exc:
+            raise self._fail(f"writing {path}", exc) from None
+        return str(result.get("e_tag") or "")
+
+    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
+        # S3 has no conditional delete everywhere: read, compare, delete. A waiter that
+        # took the lease over in between loses it early: at worst one more build.
+        found = self.read_lease(kind, key)
+        if found is not None and found[1] == tag:
+            self._delete(lease_name(kind, key))
 
     def close(self) -> None:
         self._clients.clear()

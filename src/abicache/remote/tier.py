@@ -43,6 +43,7 @@ class RemoteSettings:
     timeout: float = 2.0
     signing_key: Path | None = None
     trusted: tuple[keymod.PublicKey, ...] = ()
+    lease: float = 30.0  # seconds a build lease lives unrenewed (remote/lease.py); 0: no leases
 
     @classmethod
     def from_env(cls, url: str | None = None) -> RemoteSettings | None:
@@ -58,6 +59,7 @@ class RemoteSettings:
             timeout=config.seconds("ABICACHE_REMOTE_TIMEOUT") or 0.1,
             signing_key=keymod.signing_key_from_env(),
             trusted=keymod.trusted_from_env(),
+            lease=config.seconds("ABICACHE_REMOTE_LEASE"),
         )
 
 

@@ -1,0 +1,192 @@
+"""A simulated fleet on one SeaweedFS: N machines (separate processes, separate
+local roots) each ask for the same K artifacts (C++ libraries compiled by g++),
+each in its own random order, load each one and call it.
+
+Runs, side by side in one go:
+- no remote: every machine builds everything (what a fleet without a shared
+  cache pays: N x K builds);
+- shared remote, leases off (ABICACHE_REMOTE_LEASE=0): machines that ask for
+  one key at once each build it;
+- shared remote (the default): builds must equal K;
+- the server killed (SIGKILL) and frozen (SIGSTOP) half-way through the time the
+  shared run took:
+  every machine must finish, from its own builds.
+
+Reported per run: builds, wrong loads (a library returning another's value),
+bytes moved up and down, p50/p99 time from asking to a called function, the
+slowest machine's wall time. Exits 1 if builds != K in the shared run, or any
+run has a wrong load or a machine that did not finish.
+
+    python bench/fleet.py [--nodes 4] [--artifacts 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def source(i: int) -> str:
+    """Artifact i: a little C++ (a few tenths of a second of g++) whose answer names it."""
+    return f"""
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+extern "C" int answer(int x) {{
+    std::vector<int> v(16);
+    std::iota(v.begin(), v.end(), x);
+    std::string s = std::to_string(std::accumulate(v.begin(), v.end(), 0));
+    return x * 1000 + {i} + static_cast<int>(s.size()) * 0;
+}}
+"""
+
+
+# ---- one machine -------------------------------------------------------------------
+
+
+def node(root: str, url: str, seed: int, k: int, start_at: float) -> None:
+    import ctypes
+
+    import abicache
+
+    cache = abicache.Cache(root, remote=url or False)
+    order = list(range(k))
+    random.Random(seed).shuffle(order)
+    time.sleep(max(0.0, start_at - time.time()))  # the fleet starts together
+    began, rows = time.monotonic(), []
+    for i in order:
+        start = time.monotonic()
+        art = abicache.cc.build_library(f"fleet{i}", [source(i)], cache=cache)
+        lib = ctypes.CDLL(str(art.file()))
+        got = lib.answer(7)
+        rows.append({"i": i, "origin": art.origin, "seconds": time.monotonic() - start, "ok": got == 7000 + i})
+    stats = dict(cache.remote.stats) if cache.remote is not None else {}
+    print(json.dumps({"rows": rows, "wall": time.monotonic() - began, "stats": stats,
+                      "down": bool(cache.remote and cache.remote.down)}))
+
+
+# ---- the fleet -----------------------------------------------------------------------
+
+
+def run(label: str, work: Path, url: str, nodes: int, k: int, env: dict[str, str],
+        stop: tuple[object, int, float] | None = None) -> dict:
+    """One run of the whole fleet; stop = (server process, signal, fraction of the way in)."""
+    start_at = time.time() + 1.5  # after every interpreter has started
+    procs = [subprocess.Popen([sys.executable, __file__, "--node", str(work / label / f"m{n}"), url, str(n), str(k),
+                               str(start_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **env}) for n in range(nodes)]
+    if stop is not None:
+        proc, sig, seconds = stop
+        time.sleep(max(0.0, start_at - time.time()) + seconds)
+        os.kill(proc.pid, sig)  # type: ignore[attr-defined]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        if p.returncode != 0:
+            outs.append({"failed": err[-2000:]})
+        else:
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    return summarize(label, outs, k)
+
+
+def summarize(label: str, outs: list[dict], k: int) -> dict:
+    done = [o for o in outs if "rows" in o]
+    rows = [r for o in done for r in o["rows"]]
+    times = sorted(r["seconds"] for r in rows)
+    return {
+        "run": label,
+        "machines": len(outs),
+        "finished": sum(len(o["rows"]) == k for o in done),
+        "builds": sum(r["origin"] == "built" for r in rows),
+        "fetched": sum(r["origin"] == "remote" for r in rows),
+        "wrong_loads": sum(not r["ok"] for r in rows),
+        "bytes_up": sum(o["stats"].get("bytes_up", 0) for o in done),
+        "bytes_down": sum(o["stats"].get("bytes_down", 0) for o in done),
+        "p50_s": statistics.median(times) if times else None,
+        "p99_s": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
+        "slowest_machine_s": max((o["wall"] for o in done), default=None),
+        "saw_remote_down": sum(o["down"] for o in done),
+        "errors": [o["failed"] for o in outs if "failed" in o],
+    }
+
+
+def main() -> int:
+    import servers
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--artifacts", type=int, default=16)
+    args = parser.parse_args()
+    n, k = args.nodes, args.artifacts
+    os.environ.update(servers.CREDENTIALS, ABICACHE_PROGRESS="0")
+    work = Path(tempfile.mkdtemp(prefix="abicache-fleet-"))
+    quiet = {"PYTHONWARNINGS": "ignore"}  # the one "remote is not usable" line per machine, expected below
+    results = [run("no remote", work, "", n, k, quiet)]
+    shared_wall = 0.0
+    for label, env in (("shared, leases off", {"ABICACHE_REMOTE_LEASE": "0"}), ("shared", {})):
+        with servers.seaweedfs_s3() as endpoint:
+            results.append(run(label, work, servers.s3_url(endpoint), n, k, {**quiet, **env}))
+    shared_wall = results[-1]["slowest_machine_s"] or 1.0
+    for label, sig in (("server killed mid-run", signal.SIGKILL), ("server frozen mid-run", signal.SIGSTOP)):
+        with servers.seaweedfs_server() as (endpoint, proc):
+            try:
+                results.append(run(label, work, servers.s3_url(endpoint), n, k, quiet, (proc, sig, shared_wall / 2)))
+            finally:
+                if sig == signal.SIGSTOP:
+                    proc.kill()
+    show(results, n, k)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "fleet.json").write_text(json.dumps({"nodes": n, "artifacts": k, "runs": results}, indent=1))
+    shared = next(r for r in results if r["run"] == "shared")
+    bad = [r["run"] for r in results if r["wrong_loads"] or r["finished"] != n or r["errors"]]
+    if shared["builds"] != k or bad:
+        print(f"fleet: FAILED (shared run built {shared['builds']} of K={k}; runs with a wrong load or an "
+              f"unfinished machine: {bad or 'none'})", file=sys.stderr)
+        for r in results:
+            for e in r["errors"]:
+                print(f"--- {r['run']}:\n{e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def show(results: list[dict], n: int, k: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Fleet: {n} machines x {k} C++ libraries, each in its own random order, one SeaweedFS "
+                        f"(target: builds = K = {k} when shared)", title_justify="left")
+    for col in ("run", "builds", "fetched", "wrong loads", "finished", "moved up / down", "p50", "p99",
+                "slowest machine"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r["run"], str(r["builds"]), str(r["fetched"]), str(r["wrong_loads"]),
+                      f"{r['finished']}/{r['machines']}", f"{r['bytes_up'] / 1e6:.2f} / {r['bytes_down'] / 1e6:.2f} MB",
+                      _ms(r["p50_s"]), _ms(r["p99_s"]), _ms(r["slowest_machine_s"]))
+    Console(width=150).print(table)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--node":
+        root, url, seed, k, start_at = sys.argv[2:7]
+        node(root, url, int(seed), int(k), float(start_at))
+    else:
+        sys.exit(main())

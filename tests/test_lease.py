@@ -1,0 +1,161 @@
+"""The fleet's single flight (remote/lease.py), on real servers: machines are
+separate processes with their own cache roots (tests/lease_node.py), sharing
+SeaweedFS or a TLS redis-server; a log each builder appends to counts builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import servers
+from abicache import Cache, remote as remote_mod
+from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
+
+NODE = str(Path(__file__).with_name("lease_node.py"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tier_state() -> None:
+    remote_mod.reset()
+
+
+def node(tmp_path: Path, url: str, who: str, seconds: float, *, fail: bool = False, start_at: float = 0.0,
+         **env: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, NODE, str(tmp_path / who), url, "thing", str(seconds), str(tmp_path / "builds.log"),
+            "fail" if fail else "", str(start_at)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def result(proc: subprocess.Popen[str], timeout: float = 60) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def builds(tmp_path: Path) -> list[str]:
+    log = tmp_path / "builds.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def wait_for_builds(tmp_path: Path, n: int, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while len(builds(tmp_path)) < n:
+        assert time.monotonic() < deadline, f"no builder started within {seconds} s"
+        time.sleep(0.05)
+
+
+def lease_of(url: str) -> tuple[bytes, object] | None:
+    cache = Cache("/nonexistent-unused", remote=url)
+    key = cache.key_for("test", "thing", _inputs())[0]
+    return cache.remote.backend().read_lease("test", key)
+
+
+def _inputs():  # type: ignore[no-untyped-def]
+    from abicache.key import Inputs
+
+    return Inputs.make(extra={"name": "thing"})
+
+
+def test_a_fleet_starting_together_builds_a_key_once(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, raw = remote
+    start_at = time.time() + 2.0  # after every interpreter has started
+    procs = [node(tmp_path, url, f"m{i}", 1.0, start_at=start_at) for i in range(4)]
+    got = [result(p) for p in procs]
+    assert len(builds(tmp_path)) == 1, got
+    assert sorted(g["origin"] for g in got) == ["built", "remote", "remote", "remote"]
+    assert len({g["text"] for g in got}) == 1
+    assert raw.count_manifests() == 1
+    assert lease_of(url) is None, "the lease was not released after the upload"
+
+
+def test_without_leases_a_fleet_starting_together_builds_it_on_every_machine(
+        tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """What the lease saves (and proof the test above can fail)."""
+    url, raw = remote
+    start_at = time.time() + 2.0
+    procs = [node(tmp_path, url, f"m{i}", 1.0, start_at=start_at, ABICACHE_REMOTE_LEASE="0") for i in range(4)]
+    got = [result(p) for p in procs]
+    assert len(builds(tmp_path)) >= 2, got
+    assert len({g["text"] for g in got}) == 1, "every machine must still load the one published entry"
+    assert raw.count_manifests() == 1
+
+
+def test_a_long_build_keeps_its_lease_renewed(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 5.0, ABICACHE_REMOTE_LEASE="1.5")
+    wait_for_builds(tmp_path, 1)
+    waiter = node(tmp_path, url, "B", 0.1, ABICACHE_REMOTE_LEASE="1.5")
+    got, held = result(waiter), result(holder)
+    assert len(builds(tmp_path)) == 1, "a waiter took over a lease whose holder was alive and renewing it"
+    assert (held["origin"], got["origin"]) == ("built", "remote")
+
+
+def test_a_killed_holder_is_taken_over_after_the_lease_time(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 120.0, ABICACHE_REMOTE_LEASE="2")
+    wait_for_builds(tmp_path, 1)
+    waiter = node(tmp_path, url, "B", 0.1, ABICACHE_REMOTE_LEASE="2")
+    time.sleep(1.0)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    got = result(waiter, timeout=30)
+    assert got["origin"] == "built" and len(builds(tmp_path)) == 2
+    assert got["seconds"] >= 2.0, "taken over before the lease time passed"
+
+
+def test_a_failed_build_releases_the_lease_at_once(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 1.0, fail=True)  # the default lease time: 30 s
+    wait_for_builds(tmp_path, 1)
+    waiter = node(tmp_path, url, "B", 0.1)
+    failed, got = result(holder), result(waiter)
+    assert "fails on purpose" in failed["error"]
+    assert got["origin"] == "built" and got["seconds"] < 15, got
+
+
+def test_a_lease_renewed_long_ago_is_taken_over_without_waiting(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    cache = Cache(tmp_path / "A", remote=url)
+    key = cache.key_for("test", "thing", _inputs())[0]
+    stale = json.dumps({"owner": "gone", "host": "elsewhere", "pid": 1, "what": "test thing", "renewed": 1000.0,
+                        "ttl": 30.0, "beat": 7}).encode()
+    assert cache.remote.backend().put_lease("test", key, stale, 30.0, None) is not None
+    start = time.monotonic()
+    art = cache.get_or_build("test", "thing", _inputs(), lambda out: (out / "out.bin").write_text("x"))
+    assert art.origin == "built" and time.monotonic() - start < 10
+
+
+def test_a_read_only_machine_waits_for_the_builder_and_fetches(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 1.5)
+    wait_for_builds(tmp_path, 1)
+    reader = node(tmp_path, url, "B", 0.1, ABICACHE_REMOTE_MODE="read")
+    assert result(reader)["origin"] == "remote" and result(holder)["origin"] == "built"
+    assert len(builds(tmp_path)) == 1
+
+
+def test_a_remote_that_stops_while_machines_wait_ends_in_local_builds(tmp_path: Path) -> None:
+    why = servers.redis_available()
+    if why:
+        pytest.skip(why)
+    with servers.redis_server() as server:
+        url = server.url()
+        holder = node(tmp_path, url, "A", 120.0, ABICACHE_REMOTE_TIMEOUT="1")
+        wait_for_builds(tmp_path, 1)
+        waiter = node(tmp_path, url, "B", 0.1, ABICACHE_REMOTE_TIMEOUT="1")
+        time.sleep(1.0)
+    start = time.monotonic()  # the server is stopped
+    try:
+        got = result(waiter, timeout=30)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert got["origin"] == "built" and time.monotonic() - start < 15
