@@ -183,6 +183,26 @@ def test_editing_one_of_eight_sources_compiles_one(tmp_path: Path, counted: Path
     assert sum(1 for line in counted.read_text().splitlines() if " -shared " in f" {line} ") == 1  # one link
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_no_more_than_max_jobs_compilers_run_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      jobs: str) -> None:
+    """The pool has twice MAX_JOBS workers (bookkeeping overlaps compiles), yet at
+    most MAX_JOBS compilers run: each compile holds a marker file while it runs."""
+    running, peak = tmp_path / "running", tmp_path / "peak.log"
+    running.mkdir()
+    wrapper = tmp_path / "tracking-c++"
+    wrapper.write_text(f'#!/bin/sh\ntouch "{running}/$$"\nls "{running}" | wc -l >> "{peak}"\nsleep 0.3\n'
+                       f'c++ "$@"; rc=$?\nrm -f "{running}/$$"\nexit $rc\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    monkeypatch.setenv("MAX_JOBS", jobs)
+    paths = _eight(tmp_path / "p")
+    lib = cc.load_library("eight", paths, cflags=[f"-I{tmp_path / 'p' / 'inc'}"], cache=Cache(tmp_path / "store"))
+    assert lib.f3() == 4
+    seen = [int(n) for n in peak.read_text().split()]
+    assert len(seen) >= 9 and max(seen) == int(jobs), seen  # 8 units, the link (and identity probes)
+
+
 def test_a_header_in_three_of_eight_compiles_three(tmp_path: Path, counted: Path) -> None:
     paths = _eight(tmp_path / "p")
     cache = Cache(tmp_path / "store")

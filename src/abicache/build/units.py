@@ -56,7 +56,8 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
                     *prefix_maps(job.tree.bases, scratch)]
             return _compile(argv, units[0], paths[units[0].name], out / job.output, list(job.ldflags),
                             job, covered, scratch, run)
-        objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, run),
+        limited = pool.compilers(run)
+        objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, limited),
                            units, lambda unit: unit.name, job.what)
         inputs = [str(a.file()) for a in objects]
         if job.embed is not None:
