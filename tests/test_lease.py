@@ -133,6 +133,21 @@ def test_a_lease_renewed_long_ago_is_taken_over_without_waiting(tmp_path: Path, 
     assert art.origin == "built" and time.monotonic() - start < 10
 
 
+def test_remote_stats_counts_the_builds_in_flight(tmp_path: Path, remote: tuple[str, Raw],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from abicache.cli.main import main
+
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 3.0)
+    wait_for_builds(tmp_path, 1)
+    code = main(["remote", "stats", "--root", str(tmp_path / "B"), "--remote", url, "--json"])
+    during = json.loads(capsys.readouterr().out)["build_leases"]
+    result(holder)
+    main(["remote", "stats", "--root", str(tmp_path / "B"), "--remote", url, "--json"])
+    after = json.loads(capsys.readouterr().out)["build_leases"]
+    assert (code, during, after) == (0, 1, 0)
+
+
 def test_a_read_only_machine_waits_for_the_builder_and_fetches(tmp_path: Path, remote: tuple[str, Raw]) -> None:
     url, _ = remote
     holder = node(tmp_path, url, "A", 1.5)

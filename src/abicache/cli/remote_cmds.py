@@ -179,8 +179,14 @@ def _inventory(args: argparse.Namespace) -> tuple[Cache, Any, Any]:
 
 
 def _remote_stats(args: argparse.Namespace) -> int:
+    from ..errors import RemoteError
+
     cache, prune, inv = _inventory(args)
-    doc = {"remote": cache.remote.name, **prune.stats(inv)}
+    try:  # leases: builds in flight on the fleet (remote/lease.py), or left by a killed builder
+        leases = sum(1 for _ in cache.remote.backend().leases())
+    except RemoteError as exc:
+        raise ConfigError(f"remote {cache.remote.name}: {exc}") from None
+    doc = {"remote": cache.remote.name, **prune.stats(inv), "build_leases": leases}
     if args.json:
         render.emit_json(doc)
         return 0

@@ -80,6 +80,9 @@ class Backend(Protocol):
     def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
         """Delete the lease if it is still at version tag."""
 
+    def leases(self) -> Iterator[Listed]:
+        """Every lease (builds in flight, or left by a killed builder): name kind/key."""
+
     def close(self) -> None: ...
 
 

@@ -223,6 +223,12 @@ class RedisBackend:
     def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
         self._call("releasing a lease", self._r.eval, _LEASE_DROP_LUA, 1, self._name("lease", kind, key), tag)
 
+    def leases(self) -> Iterator[Listed]:
+        start = len(self._name("lease")) + 1
+        for name in self._scan("leases", self._name("lease", "*")):
+            kind, _, key = name.decode("utf-8", "replace")[start:].rpartition(":")
+            yield Listed(f"{kind}/{key}", 0, None)
+
     def close(self) -> None:
         try:
             self._r.close()

@@ -248,5 +248,10 @@ class S3Backend:
         if found is not None and found[1] == tag:
             self._delete(lease_name(kind, key))
 
+    def leases(self) -> Iterator[Listed]:
+        for rest, size, when in self._listed("v1/leases/", "leases"):
+            if rest.count("/") == 1:
+                yield Listed(rest, size, when)
+
     def close(self) -> None:
         self._clients.clear()
