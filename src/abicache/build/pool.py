@@ -1,7 +1,7 @@
 """Run translation units as parallel jobs, with progress lines.
 
 At most MAX_JOBS compilers run at once (as torch's cpp_extension reads it),
-else one per core; the pool has twice as many workers (see compilers()).
+else one per core; the build engine runs twice as many workers (see compilers()).
 Jobs are threads that wait on compiler processes. The first failure stops new jobs from starting and is raised once the running ones end.
 Progress goes to stderr when wanted (see progress.py): a line as each unit
 finishes, with the count and the slowest one still running, at most one a
@@ -33,8 +33,8 @@ def max_jobs() -> int:
 
 
 def compilers(run: Callable[..., None]) -> Callable[..., None]:
-    """run, with at most max_jobs() compiler processes at once. The pool has
-    twice as many workers: while max_jobs compilers run, the others have done
+    """run, with at most max_jobs() compiler processes at once. Run on a pool of
+    twice as many workers, while max_jobs compilers run the others have done
     a unit's lookup and locking and wait here, so a compiler starts the moment
     one exits, and each finished unit's bookkeeping (depfile, hashes, publish)
     overlaps the next compile instead of delaying it (about 30 ms a unit on
@@ -48,8 +48,10 @@ def compilers(run: Callable[..., None]) -> Callable[..., None]:
     return limited
 
 
-def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], what: str) -> list[R]:
-    """fn over items on the pool (2 x max_jobs workers, see compilers()); results in the order of items."""
+def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], what: str,
+        workers: int | None = None) -> list[R]:
+    """fn over items on workers threads (default max_jobs(); the build engine uses
+    twice that around compilers()); results in the order of items."""
     if len(items) == 1:
         return [fn(items[0])]
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -65,7 +67,7 @@ def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], wha
         finally:
             watch.finish(label(item))
 
-    with ThreadPoolExecutor(min(2 * max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
+    with ThreadPoolExecutor(min(workers or max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
         futures = [pool.submit(job, item) for item in items]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         if any(f.exception() for f in done):

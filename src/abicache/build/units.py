@@ -58,7 +58,7 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
                             job, covered, scratch, run)
         limited = pool.compilers(run)
         objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, limited),
-                           units, lambda unit: unit.name, job.what)
+                           units, lambda unit: unit.name, job.what, 2 * pool.max_jobs())
         inputs = [str(a.file()) for a in objects]
         if job.embed is not None:
             inputs = [_embedded(job, inputs, Path(scratch), out, run)]
