@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -146,6 +147,34 @@ def test_remote_stats_counts_the_builds_in_flight(tmp_path: Path, remote: tuple[
     main(["remote", "stats", "--root", str(tmp_path / "B"), "--remote", url, "--json"])
     after = json.loads(capsys.readouterr().out)["build_leases"]
     assert (code, during, after) == (0, 1, 0)
+
+
+def test_a_dead_lease_that_cannot_be_taken_over_ends_in_a_bounded_wait(tmp_path: Path,
+                                                                       remote: tuple[str, Raw]) -> None:
+    """A server that refuses every takeover (an S3-compatible without ETags refuses If-Match):
+    the waiter waits out the lock timeout and builds; it never spins on the takeover."""
+    url, _ = remote
+    cache = Cache(tmp_path / "A", remote=url, lock_timeout=2.0)
+    key = cache.key_for("test", "thing", _inputs())[0]
+    backend = cache.remote.backend()
+    stale = json.dumps({"owner": "gone", "host": "elsewhere", "pid": 1, "what": "test thing", "renewed": 1000.0,
+                        "ttl": 30.0, "beat": 7}).encode()
+    assert backend.put_lease("test", key, stale, 30.0, None) is not None
+    tries = []
+    real = backend.put_lease
+
+    def refusing(kind: str, key_: str, data: bytes, ttl: float, replacing: object) -> object:
+        tries.append(replacing)
+        return None if replacing is not None else real(kind, key_, data, ttl, replacing)
+
+    backend.put_lease = refusing  # type: ignore[method-assign]
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(
+        cache.get_or_build("test", "thing", _inputs(), lambda out: (out / "out.bin").write_text("x"))), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), f"still waiting after 20 s ({len(tries)} takeover tries)"
+    assert got[0].origin == "built" and len(tries) < 100, len(tries)
 
 
 def test_a_read_only_machine_waits_for_the_builder_and_fetches(tmp_path: Path, remote: tuple[str, Raw]) -> None:

@@ -1,8 +1,9 @@
 """Run translation units as parallel jobs, with progress lines.
 
 At most MAX_JOBS compilers run at once (as torch's cpp_extension reads it),
-else one per core; the build engine runs twice as many workers (see compilers()).
-Jobs are threads that wait on compiler processes. The first failure stops new jobs from starting and is raised once the running ones end.
+else one per core; the build engine runs twice as many workers (see
+compilers()). Jobs are threads that wait on compiler processes. The first
+failure stops new jobs from starting and is raised once the running ones end.
 Progress goes to stderr when wanted (see progress.py): a line as each unit
 finishes, with the count and the slowest one still running, at most one a
 second unless it is the last (in a log, only after progress.LONG_SECONDS, and

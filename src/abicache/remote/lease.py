@@ -164,11 +164,14 @@ def build_once(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T
         record = decode(raw)
         if record is not None and record.owner == process_id():
             return build()  # our own: waiting would wait for ourselves
-        if watch.dead(raw, record):
-            if not tier.writable:
-                return build()
+        if not watch.dead(raw, record):
+            replacing = None
+        elif not tier.writable:
+            return build()
+        elif replacing != tag:
             replacing = tag  # take it over, if nobody else does first
             continue
+        # else: taking this very version over failed (a server without ETags, say): wait as for a live one
         if not said:
             said = True
             note(f"waiting for {record.describe() if record else 'another machine'} to build {what} "
@@ -181,11 +184,9 @@ def build_once(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T
             return build()
         time.sleep(pause)
         pause = min(pause * 1.5, LONGEST_POLL)
-        replacing = None
 
 
 def _take(tier: Tier, kind: str, key: str, what: str, ttl: float, replacing: Tag | None) -> Held | None:
     data = encode(what, ttl, 0)
     tag = tier.call(lambda b: b.put_lease(kind, key, data, ttl, replacing))
     return Held(tier, kind, key, what, tag) if tag is not None else None
-
