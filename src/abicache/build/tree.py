@@ -17,6 +17,7 @@ share one entry when the bytes are the same.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple, Sequence, Union
@@ -194,18 +195,28 @@ def dependencies(prerequisites: Sequence[str], cwd: str, tree: Tree, covered: Se
                  scratch: str | None) -> list[Dependency]:
     """What to record of the files a compile read: those the key does not
     already cover (its own sources, inline files, the covered roots)."""
-    from ..store import blobs
+    return [dependency(path, tree.bases) for path in recorded(prerequisites, cwd, tree, covered, scratch)]
 
+
+def recorded(prerequisites: Sequence[str], cwd: str, tree: Tree, covered: Sequence[str],
+             scratch: str | None) -> list[str]:
+    """The normal paths of the files dependencies() records."""
     own = {f.path for f in tree.files if f.path}
     skip = roots.Within([*covered, *([scratch] if scratch else [])])
-    out = []
-    for item in prerequisites:
-        path = roots.normal(item, cwd)
-        if path in own or skip(path):
-            continue
-        base, rel = locate(path, tree.bases)
-        out.append(Dependency(base, rel, _sha256(path, blobs.hash_file)))
-    return out
+    return [path for path in (roots.normal(item, cwd) for item in prerequisites) if path not in own and not skip(path)]
+
+
+def dependency(path: str, bases: Mapping[str, str]) -> Dependency:
+    from ..store import blobs
+
+    base, rel = _located(path, tuple(bases.items()))
+    return Dependency(base, rel, _sha256(path, blobs.hash_file))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _located(path: str, bases: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """locate, remembered: the units of a tree record the same headers under the same bases."""
+    return locate(path, dict(bases))
 
 
 #: (path, inode, size, mtime, ctime) -> sha256 of the headers hashed in this process: the

@@ -33,9 +33,10 @@ from ..key import Inputs
 from ..requirements import Requirements
 from ..store.manifest import Dependency
 from . import depfile, pool, roots
+from .ahead import Ahead
 from . import tree as trees
 from .job import Job
-from .tree import File, dependencies, prefix_maps
+from .tree import File, prefix_maps
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -46,8 +47,7 @@ Runner = Callable[[list[str], Path, str], None]
 
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
     """Write job.output into out; returns the dependencies to record."""
-    _prewarm_audit()
-    covered = (*job.covered, *roots.compiler_dirs(job.compiler, _driver_lang(job.lang), cache.store.layout.tools))
+    covered = _covered(job, cache.store.layout.tools)
     with tempfile.TemporaryDirectory(prefix="abicache-build-") as scratch:
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
@@ -57,29 +57,55 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
             return _compile(argv, units[0], paths[units[0].name], out / job.output, list(job.ldflags),
                             job, covered, scratch, run)
         limited = pool.compilers(run)
-        objects = pool.run(lambda unit: _object(job, cache, unit, paths[unit.name], covered, scratch, limited),
-                           units, lambda unit: unit.name, job.what, 2 * pool.max_jobs())
-        inputs = [str(a.file()) for a in objects]
-        if job.embed is not None:
-            inputs = [_embedded(job, inputs, Path(scratch), out, run)]
-        argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *inputs, "-o", str(out / job.output),
-                *job.ldflags]
-        run(argv, Path(os.getcwd()), job.what)
-        return sorted({d for a in objects for d in a.manifest.deps})
+        objects: Ahead[list[Any]] = Ahead(len(units))
+
+        def unit_object(item: tuple[int, File]) -> Any:
+            index, unit = item
+            return _object(job, cache, unit, paths[unit.name], covered, scratch, limited,
+                           lambda path: objects.put(index, path), lambda: objects.missing() <= pool.max_jobs())
+
+        objects.start(lambda: pool.run(unit_object, list(enumerate(units)), lambda item: item[1].name, job.what,
+                                       2 * pool.max_jobs()))
+        try:
+            inputs = objects.files()
+            if inputs is not None:  # else a unit failed: result() raises its error
+                _link(job, inputs, scratch, out, run)
+        finally:
+            built = objects.result()
+        return sorted({d for a in built for d in a.manifest.deps})
+
+
+def _link(job: Job, inputs: list[str], scratch: str, out: Path, run: Runner) -> None:
+    if job.embed is not None:
+        inputs = [_embedded(job, inputs, Path(scratch), out, run)]
+    argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *inputs, "-o", str(out / job.output), *job.ldflags]
+    run(argv, Path(os.getcwd()), job.what)
+
+
+def _covered(job: Job, tools: Path) -> Callable[[], Sequence[str]]:
+    """The covered roots, needed once the first compile ends: the compiler's
+    search list (a compiler process in a fresh store, 10 ms) is started now,
+    beside the first compiles, and read then. That probe preprocesses an
+    empty input, so it runs outside MAX_JOBS."""
+    dirs = roots.compiler_dirs_later(job.compiler, _driver_lang(job.lang), tools)
+    return lambda: (*job.covered, *dirs())
 
 
 def _prewarm_audit() -> None:
-    """Import the ELF reader while the compilers run: the audit after the link
-    needs it, and its import (about 0.1 s) would otherwise follow the link."""
-    if "elftools.elf.elffile" not in sys.modules:
-        threading.Thread(target=_import_quietly, args=("elftools.elf.elffile",), name="abicache-prewarm").start()
+    """Import the audit while the compilers run: the audit after the link
+    needs it, and its import (about 6 ms) would otherwise follow the link.
+    Started once a compile has ended, so the import does not hold the GIL
+    while the first compilers are being started."""
+    if "abicache.audit" not in sys.modules:
+        threading.Thread(target=_import_quietly, args=("abicache.audit",), name="abicache-prewarm",
+                         daemon=True).start()
 
 
 def _import_quietly(module: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        pass  # the audit says what is missing, in its own words (audit/elf.py)
+        pass  # the audit says what is missing, in its own words, when it runs
 
 
 def _embedded(job: Job, objects: list[str], scratch: Path, out: Path, run: Runner) -> str:
@@ -102,8 +128,10 @@ def _embedded(job: Job, objects: list[str], scratch: Path, out: Path, run: Runne
     return str(current)
 
 
-def _object(job: Job, cache: Cache, unit: File, path: str, covered: Sequence[str], scratch: str,
-            run: Runner) -> Any:
+def _object(job: Job, cache: Cache, unit: File, path: str, covered: Callable[[], Sequence[str]], scratch: str,
+            run: Runner, ready: Callable[[str], None], last_round: Callable[[], bool]) -> Any:
+    """The unit's object entry; ready(file) is called with its file, in the
+    last round as soon as its bytes exist, before it is published (ahead.py)."""
     from ..cache import BuildResult
 
     others = {f.name: f.code for f in job.tree.inline() if not f.compiled}  # inline headers it may read
@@ -121,9 +149,29 @@ def _object(job: Job, cache: Cache, unit: File, path: str, covered: Sequence[str
 
     def compile_object(out: Path) -> BuildResult:
         target = out / (Path(unit.name).name + ".o")
-        return BuildResult(deps=_compile(argv, unit, path, target, [], job, covered, scratch, run))
+        deps = _compile(argv, unit, path, target, [], job, covered, scratch, run)
+        if last_round():
+            ready(_hand_over(target, Path(scratch)))
+        _prewarm_audit()
+        return BuildResult(deps=deps)
 
-    return objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
+    found = objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
+    ready(str(found.file()))  # a hit, or another process's build (a second call is ignored)
+    return found
+
+
+def _hand_over(target: Path, scratch: Path) -> str:
+    """A name for the fresh object in the private scratch folder: the stage it
+    was written to is renamed into the store while the linker reads it.
+    (Publishing then copies the object, as it copies any file linked twice.)"""
+    folder = scratch / "objects"
+    folder.mkdir(exist_ok=True)
+    name = folder / f"{time.monotonic_ns()}-{target.name}"
+    try:
+        os.link(target, name)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copyfile(target, name)
+    return str(name)
 
 
 def _is_cuda(unit: File) -> bool:
@@ -146,16 +194,18 @@ def objects_of(cache: Cache) -> Cache:
 
 
 def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job,
-             covered: Sequence[str], scratch: str, run: Runner) -> list[Dependency]:
+             covered: Callable[[], Sequence[str]], scratch: str, run: Runner) -> list[Dependency]:
     cwd = os.getcwd()
     for attempt in range(2):
         dfile = Path(scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
         started = time.time_ns()
         run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what)
         read = depfile.read(dfile) if dfile.exists() else []
-        moved = _changed_since(started, [path if unit.path else "", *read], cwd)
+        record = trees.recorded(read, cwd, job.tree, covered(), scratch)
+        # the files whose bytes the entry records (not the covered roots, which the key identifies)
+        moved = _changed_since(started, [path if unit.path else "", *record], cwd)
         if not moved and _same(unit, path):
-            return dependencies(read, cwd, job.tree, covered, scratch)
+            return [trees.dependency(p, job.tree.bases) for p in record]
     raise BuildError(f"{moved or path} changed while {job.what} was compiling, twice; "
                      "build again once your edits are saved")
 

@@ -125,19 +125,19 @@ def _loaded_path(handle: int) -> str | None:
 
 def _symbol_version_floors(path: Path) -> str:
     """'GLIBCXX;CXXABI' highest version definitions, read from .gnu.version_d."""
-    from elftools.elf.elffile import ELFFile  # only when a requirement needs it
+    import mmap
+
+    from .. import elftables, versions
 
     best = {"GLIBCXX": "", "CXXABI": ""}
-    from .. import versions
-
-    with open(path, "rb") as fh:
-        section = ELFFile(fh).get_section_by_name(".gnu.version_d")
-        for verdef, aux in section.iter_versions() if section else ():
-            for entry in aux:
-                prefix, _, number = entry.name.partition("_")
-                if prefix in best and versions.is_version(number):
-                    if not best[prefix] or versions.compare(number, best[prefix]) > 0:
-                        best[prefix] = number
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for name in elftables.ElfFile(data).version_definitions():
+            prefix, _, number = name.partition("_")
+            # dotted numbers only: CXXABI_TM_1 and CXXABI_FLOAT128 are not versions (and would
+            # cost an import of packaging to be told so)
+            if prefix in best and number.replace(".", "").isdigit() and versions.is_version(number):
+                if not best[prefix] or versions.compare(number, best[prefix]) > 0:
+                    best[prefix] = number
     return f"{best['GLIBCXX']};{best['CXXABI']}"
 
 

@@ -61,17 +61,43 @@ def memoized_by(
     stamp: tuple[Any, ...], what: str, compute: Callable[[], str], memo_dir: Path | None
 ) -> str:
     """compute(), remembered in memory and under memo_dir while `stamp` (file stats) is unchanged."""
+    value = recall_by(stamp, what, memo_dir)
+    if value is None:
+        value = compute()
+        remember_by(stamp, what, value, memo_dir)
+    return value
+
+
+def recall(path: Path, what: str, memo_dir: Path | None) -> str | None:
+    """What memoized() remembers of path now, if anything; None also when path is gone."""
+    try:
+        return recall_by(_stamp(path), f"{path}\0{what}", memo_dir)
+    except OSError:
+        return None
+
+
+def remember(path: Path, what: str, value: str, memo_dir: Path | None) -> None:
+    """Remember value as memoized() would have computed it."""
+    try:
+        remember_by(_stamp(path), f"{path}\0{what}", value, memo_dir)
+    except OSError:
+        pass
+
+
+def recall_by(stamp: tuple[Any, ...], what: str, memo_dir: Path | None) -> str | None:
     mem_key = (what, str(memo_dir))  # per memo_dir, so each store's disk memo gets written once
     cached = _memo.get(mem_key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    record = _memo_file(memo_dir, what)
-    value = _read_record(record, stamp)
-    if value is None:
-        value = compute()
-        _write_record(record, stamp, value)
-    _memo[mem_key] = (stamp, value)
+    value = _read_record(_memo_file(memo_dir, what), stamp)
+    if value is not None:
+        _memo[mem_key] = (stamp, value)
     return value
+
+
+def remember_by(stamp: tuple[Any, ...], what: str, value: str, memo_dir: Path | None) -> None:
+    _write_record(_memo_file(memo_dir, what), stamp, value)
+    _memo[(what, str(memo_dir))] = (stamp, value)
 
 
 def _memo_file(memo_dir: Path | None, what: str) -> Path | None:
