@@ -53,7 +53,7 @@ def bench_abicache(work: Path, runs: int) -> dict[str, float]:
     totals, compiles = json.loads(cold)
     res["cold_build_ms"] = 1e3 * statistics.median(totals)
     res["cold_overhead_ms"] = 1e3 * statistics.median(t - c for t, c in zip(totals, compiles))
-    # The first miss of a process also imports filelock, pyelftools and abi3info.
+    # The first miss of a process also imports the ELF reader and abi3info.
     res["first_overhead_ms"] = 1e3 * (totals[0] - compiles[0])
     res["bare_compiler_ms"] = 1e3 * _bare_compile(work, runs)
     py(f"import abicache.cc as cc; cc.load_library('warm', [{ADD_C!r}]); print(0)", env)

@@ -10,8 +10,6 @@ import signal
 import time
 from pathlib import Path
 
-import filelock  # noqa: F401  imported before forking, so children start building at once
-
 from abicache import Cache
 from abicache.store.manifest import RESERVED_PREFIX
 

@@ -8,7 +8,7 @@ which it may be loaded, checked against the live environment on every lookup.
     lib = abicache.cc.load_library("add", ['extern "C" int add(int a, int b) { return a + b; }'])
 
 Importing abicache loads the cache-hit path and nothing heavy: the compiler
-drivers, filelock, pyelftools, rich, torch, triton and remote clients load only
+drivers, the ELF reader, rich, torch, triton and remote clients load only
 when a miss, an audit, the CLI or a frontend needs them.
 """
 

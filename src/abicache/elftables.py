@@ -18,7 +18,7 @@ replacement, '' when unterminated.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 MAGIC = b"\x7fELF"
 SHT_NOBITS = 8
@@ -210,11 +210,27 @@ class ElfFile:
             raise ElfError(f".dynsym entries are {dynsym.entsize} bytes, not {size}")
         count = dynsym.size // size
         ndx = self._version_indexes(count)
-        strings = self.linked(dynsym)
+        name = self._namer(self.linked(dynsym))
         table = self.contents(dynsym)
         for index, sym in enumerate(struct.iter_unpack(self.end + fmt, table)):
-            yield (self.string(strings, sym[name_at]) if strings else "", sym[info_at], sym[shndx_at],
-                   None if ndx is None else ndx[index])
+            yield name(sym[name_at]), sym[info_at], sym[shndx_at], None if ndx is None else ndx[index]
+
+    def _namer(self, table: Section | None) -> Callable[[int], str]:
+        """string(table, offset) for thousands of symbols: an ASCII table (they
+        all are, in practice) is decoded once and sliced; a name that runs past
+        its table, or any other table, is read as string() reads it."""
+        if table is None:
+            return lambda offset: ""
+        blob = self.contents(table)
+        if not blob.isascii():
+            return lambda offset: self.string(table, offset)
+        text = blob.decode("ascii")
+
+        def name(offset: int) -> str:
+            stop = text.find("\0", offset)
+            return text[offset:stop] if stop >= 0 else self.string(table, offset)
+
+        return name
 
     def _version_indexes(self, count: int) -> tuple[int, ...] | None:
         versym = self.section(".gnu.version")

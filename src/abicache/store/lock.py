@@ -1,4 +1,4 @@
-"""Per-key single flight with flock (filelock).
+"""Per-key single flight with flock(2).
 
 The kernel drops a flock when its holder dies, so a build killed with SIGKILL
 never leaves a lock behind. Beside the lock we write who holds it, so a wait
@@ -76,39 +76,99 @@ def key_lock(
     mode: int = 0o600,
 ) -> Iterator[bool]:
     """Hold the lock for one key; yields False when the filesystem cannot lock."""
-    from filelock import FileLock, Timeout  # ~25 ms to import: only on a miss
-
     _no_planted_link(lock)
-    flock = FileLock(lock, mode=mode, fallback_to_soft=False, thread_local=False)
+    fd = _open(lock, mode)
     try:
-        try:
-            flock.acquire(timeout=min(timeout, 1.0))
-        except Timeout:
+        held = _wait(fd, min(timeout, 1.0))
+        if not held:
             if on_wait is not None:
                 on_wait(f"waiting for {describe_holder(lock)} to finish building {what}")
-            flock.acquire(timeout=max(timeout - 1.0, 0.0))
-    except Timeout:
-        raise LockTimeout(
-            f"gave up after {timeout:.0f} s waiting for the build lock of {what}, held by "
-            f"{describe_holder(lock)}. If that process is stuck, stop it; otherwise raise "
-            "ABICACHE_LOCK_TIMEOUT."
-        ) from None
+            held = _wait(fd, max(timeout - 1.0, 0.0))
+        if not held:
+            raise LockTimeout(
+                f"gave up after {timeout:.0f} s waiting for the build lock of {what}, held by "
+                f"{describe_holder(lock)}. If that process is stuck, stop it; otherwise raise "
+                "ABICACHE_LOCK_TIMEOUT."
+            )
     except OSError as exc:
+        os.close(fd)
         if exc.errno not in _UNSUPPORTED:
             raise
         _warn_unlocked(lock, exc)
         yield False
         return
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         _write_holder(lock, what)
         yield True
     finally:
-        flock.release()
+        _release(fd)
+
+
+# The lock itself: flock(2) on the lock file, as filelock's UnixFileLock takes it (so
+# abicache versions that used filelock exclude this one on a shared store; the tests
+# cross-check both ways). filelock's import took 7 ms of the ~17 before the first
+# compiler of a cold build starts (bench/build.py); these are the calls it makes.
+_BUSY = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
+
+
+def _open(lock: Path, mode: int) -> int:
+    """The lock file, opened without following a link planted at its name (its
+    folder made if missing: the cache makes it with the store's mode first)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(lock, flags, mode)
+    except FileNotFoundError:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, flags, mode)
+    try:
+        os.fchmod(fd, mode)  # the store's mode, whatever the umask
+    except PermissionError:
+        pass  # another user's lock file in a group-shared store: its creator set the mode
+    return fd
+
+
+def _wait(fd: int, seconds: float) -> bool:
+    """Whether the lock was taken within seconds; polled (flock has no timeout),
+    every 2 ms at first (a unit's object built by another process is often
+    moments from done), backing off to 50 ms."""
+    deadline = time.monotonic() + seconds
+    pause = 0.002
+    while not _try(fd):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    return True
+
+
+def _try(fd: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _BUSY:
+            return False
+        raise
+    return True
+
+
+def _release(fd: int) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)  # closing drops the lock anyway; unlocking first says so at once
 
 
 def _no_planted_link(lock: Path) -> None:
-    """filelock opens the lock with O_NOFOLLOW and fails on a symbolic link;
-    one found at the lock's name (only someone able to write locks/ can plant
+    """The lock is opened with O_NOFOLLOW and fails on a symbolic link; one
+    found at the lock's name (only someone able to write locks/ can plant
     it) is removed, with a warning, so builds go on."""
     try:
         if not os.path.islink(lock):
