@@ -32,7 +32,7 @@ RESULTS = ROOT / "bench" / "results"
 UNITS = 8
 HEADERS = 200
 JOBS = str(os.cpu_count() or 2)
-COLD_ROUNDS = 4
+COLD_ROUNDS = 8  # the machine's own drift between runs is about 1%: enough rounds to see through it
 
 # Each unit instantiates some templates: about a second of compiler work.
 UNIT = """#include "umbrella.h"
@@ -281,11 +281,14 @@ def report(tree: dict[str, dict[str, float]], pybind: dict[str, float] | None) -
             ("one source edited", "one_source", "<= 1.2x"),
             ("one header edited (3 includers)", "one_header", "")]
     for label, key, target in rows:
-        table.add_row(label, s(a[key]), s(t[key]), f"{a[key] / t[key]:.2f}x", target)
+        table.add_row(label, s(a[key]), s(t[key]), f"{a[key] / t[key]:.3f}x", target)
         if key == "cold":
             ratios = [x / y for x, y in zip(a["cold_runs"], t["cold_runs"])]
             table.add_row("  each round", " ".join(f"{x:.2f}" for x in a["cold_runs"]),
-                          " ".join(f"{y:.2f}" for y in t["cold_runs"]), f"{min(ratios):.2f}-{max(ratios):.2f}x", "")
+                          " ".join(f"{y:.2f}" for y in t["cold_runs"]), f"{min(ratios):.3f}-{max(ratios):.3f}x", "")
+            spread = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
+            table.add_row("  the rounds' ratios: mean, 95% interval", "", "",
+                          f"{statistics.mean(ratios):.3f}x +- {spread:.3f}", "")
     table.add_row("fresh-process hit, torch extension: lookup and header check", f"{a['fresh_lookup'] * 1e3:.2f} ms",
                   "", "", "< 3 ms")
     table.add_row("fresh-process hit, the tree as a C++ library (cc.load_library, ctypes)",

@@ -190,9 +190,12 @@ def _object(job: Job, cache: Cache, unit: File, path: str, covered: Callable[[],
 
     def compile_object(out: Path) -> BuildResult:
         target = out / (Path(unit.name).name + ".o")
-        deps = _compile(argv, unit, path, target, [], job, covered, scratch, run)
-        if last_round():
-            ready(_hand_over(target, Path(scratch)))
+
+        def compiled() -> None:
+            if last_round():
+                ready(_hand_over(target, Path(scratch)))
+
+        deps = _compile(argv, unit, path, target, [], job, covered, scratch, run, compiled)
         _prewarm_audit(cache.facts)
         return BuildResult(deps=deps)
 
@@ -235,7 +238,10 @@ def objects_of(cache: Cache) -> Cache:
 
 
 def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job,
-             covered: Callable[[], Sequence[str]], scratch: str, run: Runner) -> list[Dependency]:
+             covered: Callable[[], Sequence[str]], scratch: str, run: Runner,
+             compiled: Callable[[], None] = lambda: None) -> list[Dependency]:
+    """Compile, and return what to record of the files it read; compiled() is
+    called once target holds the bytes to keep, before those files are hashed."""
     cwd = os.getcwd()
     for attempt in range(2):
         dfile = Path(scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
@@ -246,6 +252,7 @@ def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[st
         # the files whose bytes the entry records (not the covered roots, which the key identifies)
         moved = _changed_since(started, [path if unit.path else "", *record], cwd)
         if not moved and _same(unit, path):
+            compiled()
             return [trees.dependency(p, job.tree.bases) for p in record]
     raise BuildError(f"{moved or path} changed while {job.what} was compiling, twice; "
                      "build again once your edits are saved")
