@@ -193,7 +193,8 @@ def test_no_more_than_max_jobs_compilers_run_at_once(tmp_path: Path, monkeypatch
     running, peak = tmp_path / "running", tmp_path / "peak.log"
     running.mkdir()
     wrapper = tmp_path / "tracking-c++"
-    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -E -v -"*) exec c++ "$@";; esac\ntouch "{running}/$$"\nls "{running}" | wc -l >> "{peak}"\nsleep 0.3\n'
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -E -v -"*) exec c++ "$@";; esac\n'
+                       f'touch "{running}/$$"\nls "{running}" | wc -l >> "{peak}"\nsleep 0.3\n'
                        f'c++ "$@"; rc=$?\nrm -f "{running}/$$"\nexit $rc\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("CXX", str(wrapper))

@@ -34,8 +34,8 @@ from ..key import Inputs
 from ..requirements import Requirements
 from ..store.manifest import Dependency
 from . import depfile, pool, roots
-from .ahead import Ahead
 from . import tree as trees
+from .ahead import Ahead
 from .job import Job
 from .tree import File, prefix_maps
 
@@ -49,6 +49,13 @@ Runner = Callable[[list[str], Path, str], None]
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
     """Write job.output into out; returns the dependencies to record."""
     covered = _covered(job, cache.store.layout.tools)
+    try:
+        return _build(job, cache, out, run, covered)
+    finally:
+        covered()  # reaps the include-list probe, should the build end before any compile did
+
+
+def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[], Sequence[str]]) -> list[Dependency]:
     with _scratch() as scratch:
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
