@@ -323,7 +323,7 @@ class Cache:
         found = self._find(kind, key, verify, bases)
         if found is None:
             from . import progress
-            from .store.lock import key_lock  # filelock: only on a miss
+            from .store.lock import key_lock  # only on a miss
 
             self._log_miss(kind, name, described, key, bases)
             lock = self.store.layout.lock_file(key)
@@ -438,7 +438,7 @@ class Cache:
 
     def _default_audit(self, stage: Path, paths: Sequence[str], declared: Requirements,
                        facts: Any) -> tuple[Requirements, dict[str, Any]]:
-        from . import audit  # pyelftools and abi3info load only when something is built
+        from . import audit  # the ELF reader and abi3info load only when something is built
 
         return audit.detect(stage, paths, declared, facts, memo_dir=self.store.layout.tools)
 
