@@ -25,13 +25,14 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 from ..requirements import Requirements
+from ..store import blobs
 from ..store.manifest import Dependency
 from . import depfile, pool, roots
 from . import tree as trees
@@ -101,16 +102,8 @@ def _write_back(path: Path) -> None:
 
 
 def _fsync_quietly(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not there: the cache says what the build left
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # publishing fsyncs it again, and reports what fails there
-    finally:
-        os.close(fd)
+    with suppress(OSError):  # publishing fsyncs it again, and reports what fails there
+        blobs.fsync_file(path)
 
 
 @contextmanager
