@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abicache import Cache, cc
-from abicache.build import depfile
+from abicache.engine import depfile
 from abicache.store import deps as depcheck
 from conftest import SRC, need, run_py
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from abicache import progress
-from abicache.build import pool
+from abicache.engine import pool
 
 
 @pytest.fixture

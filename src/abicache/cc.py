@@ -9,7 +9,7 @@ lives (so `#include "sibling.h"` and relative -I work as with the compiler run
 by hand here), a mapping is {file name: code} (headers included; only
 .c/.cc/.cpp/.cxx files are compiled). The compiler's identity (version and
 target, never its path) is in the key; the headers it read are recorded
-with their hashes, and a lookup whose headers changed is a miss (build/).
+with their hashes, and a lookup whose headers changed is a miss (engine/).
 Several translation units are compiled in parallel, each a cached object.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, NamedTuple, Sequence, Union
 
-from .build import tree as trees
-from .build.job import Job
+from .engine import tree as trees
+from .engine.job import Job
 from .cache import Artifact, BuildResult, Cache, default_cache
 from .env import Facts
 from .errors import AbicacheError, BuildError
@@ -154,12 +154,12 @@ def library_plan(
 def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
     def build(out: Path) -> BuildResult:
         from . import progress
-        from .build import units
+        from .engine import units
 
         with progress.step(f"compiling {job.what} ({', '.join(f.name for f in job.tree.files)})"):
             return BuildResult(deps=units.build(job, cache, out, runner(job.verbose)))
 
-    build.__qualname__ = f"build.units({job.what})"
+    build.__qualname__ = f"engine.units({job.what})"
     return build
 
 

@@ -110,35 +110,3 @@ def tristate(name: str) -> bool | None:
     if os.environ.get(name, "auto").strip().lower() == "auto":
         return None
     return flag(name)
-
-
-def problems() -> dict[str, str]:
-    """Each setting in the environment that would be refused, with the reason
-    (for `abicache env`, which shows them instead of failing on the first)."""
-    from .store.trust import group_setting
-
-    checks = {
-        "ABICACHE_VERIFY_AGE": lambda: seconds("ABICACHE_VERIFY_AGE"),
-        "ABICACHE_TOUCH_INTERVAL": lambda: seconds("ABICACHE_TOUCH_INTERVAL"),
-        "ABICACHE_LOCK_TIMEOUT": lambda: seconds("ABICACHE_LOCK_TIMEOUT"),
-        "ABICACHE_REMOTE_TIMEOUT": lambda: seconds("ABICACHE_REMOTE_TIMEOUT"),
-        "ABICACHE_REMOTE_LEASE": lambda: seconds("ABICACHE_REMOTE_LEASE"),
-        "ABICACHE_EXPLAIN": lambda: flag("ABICACHE_EXPLAIN"),
-        "ABICACHE_PROGRESS": lambda: tristate("ABICACHE_PROGRESS"),
-        "ABICACHE_SHARED": lambda: group_setting(text("ABICACHE_SHARED")),
-        "ABICACHE_REMOTE": _remote,
-    }
-    found = {}
-    for name, check in checks.items():
-        try:
-            check()
-        except ConfigError as exc:
-            found[name] = str(exc)
-    return found
-
-
-def _remote() -> None:
-    if text("ABICACHE_REMOTE"):
-        from .remote import RemoteSettings
-
-        RemoteSettings.from_env()

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .cache import Artifact, Cache, default_cache
-from .build import tree as trees
-from .build.job import CudaUnits, Job
+from .engine import tree as trees
+from .engine.job import CudaUnits, Job
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command, import_extension, runner
 from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
@@ -39,7 +39,7 @@ from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
 from . import torch_compile as compile_cache  # noqa: F401  abicache.torch.compile_cache
 from .patching import Patch
-from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
+from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
 
@@ -212,7 +212,7 @@ def _with_pch(job: Job, torch: TorchInstall, python_abi: str) -> Callable[[Path,
     The output is the same program either way: use_pch is not in the key."""
 
     def build(out: Path, cache: Cache) -> Any:
-        from .build import pch, units
+        from .engine import pch, units
         from .cache import BuildResult
 
         run = runner(job.verbose)
@@ -263,7 +263,7 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
               key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose=verbose)
 
     def build(out: Path, cache: Cache) -> Any:
-        from .build import units
+        from .engine import units
         from .cache import BuildResult
 
         failures = []
@@ -338,7 +338,7 @@ def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequ
     """The cached build of an inline extension, not loaded; load_inline's arguments.
     cuda_sources compile with nvcc (classic: against torch's CUDA build; stable:
     against the stable headers). use_pch: compile against a precompiled
-    torch/extension.h shared by every extension of this torch (build/pch.py)."""
+    torch/extension.h shared by every extension of this torch (engine/pch.py)."""
     cache = cache or default_cache()
     opts = JitOptions.of(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
                          [sycl_sources, extra_sycl_cflags] if (sycl_sources or extra_sycl_cflags) else None, with_sycl)

@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .build import tree as trees
-from .build.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
-from .build.job import CudaUnits, Embedding, Job
+from .engine import tree as trees
+from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
+from .engine.job import CudaUnits, Embedding, Job
 from .cache import Artifact, Cache, default_cache
 from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
 from .errors import AbicacheError, UsageError

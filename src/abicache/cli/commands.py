@@ -18,7 +18,7 @@ from ..store import Manifest
 from ..store.gc import collect_garbage, disk_usage
 from ..store.local import children
 from ..store.verify import verify_store
-from . import render
+from . import render, settings_check
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$", re.I)
@@ -58,7 +58,7 @@ def manifests_of(cache: Cache) -> list[tuple[Path, Manifest]]:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    problems = config.problems()  # shown, flagged, rather than refused: this is where one looks
+    problems = settings_check.problems()  # shown, flagged, rather than refused: this is where one looks
     try:
         with warnings.catch_warnings():  # a bad remote is shown in the table below, not warned about
             warnings.simplefilter("ignore", AbicacheWarning)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from ..archs import Target, parse_target
-from ..build import depfile, roots, tree as trees
+from ..engine import depfile, roots, tree as trees
 from ..cache import Artifact, BuildResult, Cache, default_cache
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs

@@ -51,7 +51,7 @@ def hip_runtime() -> dict[str, str | None]:
     search order, hip/loader.py, without loading it), else the highest major
     in the system library folders."""
     from ..hip import loader
-    from .cuda_probe import highest_major, loaded_major
+    from .sonames import highest_major, loaded_major
 
     found = loaded_major(_HIP)
     if found is None:

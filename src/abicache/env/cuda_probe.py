@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
+
+from .sonames import highest_major, loaded_major
 
 CUDA_FACTS = ("cuda.runtime", "cuda.driver", "gpu.arch")
 _CUDART = re.compile(r"libcudart\.so\.(\d+)")
@@ -48,33 +49,6 @@ def runtime_dirs() -> list[Path]:
 
 def runtime_major() -> str | None:
     return loaded_major(_CUDART) or highest_major(_CUDART, runtime_dirs())
-
-
-def loaded_major(soname: re.Pattern[str]) -> str | None:
-    """The major of a library matching soname (group 1) already loaded in this process."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                match = soname.search(line)
-                if match:
-                    return match.group(1)
-    except OSError:
-        pass
-    return None
-
-
-def highest_major(soname: re.Pattern[str], folders: list[Path]) -> str | None:
-    """The highest major of the files matching soname in these folders."""
-    majors = set()
-    for folder in folders:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        majors.update(int(m.group(1)) for m in map(soname.fullmatch, names) if m)
-    return str(max(majors)) if majors else None
 
 
 def _driver() -> tuple[str | None, str | None]:

@@ -1,0 +1,41 @@
+"""Every abicache setting in the environment that would be refused, with the
+reason: `abicache env` shows them all instead of failing on the first. It
+lives with the command because it asks every layer that parses a setting
+(config's plain values, the store's group, the remote's URL and keys)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import config
+from ..errors import ConfigError
+
+
+def problems() -> dict[str, str]:
+    from ..store.trust import group_setting
+
+    checks: dict[str, Callable[[], object]] = {
+        "ABICACHE_VERIFY_AGE": lambda: config.seconds("ABICACHE_VERIFY_AGE"),
+        "ABICACHE_TOUCH_INTERVAL": lambda: config.seconds("ABICACHE_TOUCH_INTERVAL"),
+        "ABICACHE_LOCK_TIMEOUT": lambda: config.seconds("ABICACHE_LOCK_TIMEOUT"),
+        "ABICACHE_REMOTE_TIMEOUT": lambda: config.seconds("ABICACHE_REMOTE_TIMEOUT"),
+        "ABICACHE_REMOTE_LEASE": lambda: config.seconds("ABICACHE_REMOTE_LEASE"),
+        "ABICACHE_EXPLAIN": lambda: config.flag("ABICACHE_EXPLAIN"),
+        "ABICACHE_PROGRESS": lambda: config.tristate("ABICACHE_PROGRESS"),
+        "ABICACHE_SHARED": lambda: group_setting(config.text("ABICACHE_SHARED")),
+        "ABICACHE_REMOTE": _remote,
+    }
+    found = {}
+    for name, check in checks.items():
+        try:
+            check()
+        except ConfigError as exc:
+            found[name] = str(exc)
+    return found
+
+
+def _remote() -> None:
+    if config.text("ABICACHE_REMOTE"):
+        from ..remote import RemoteSettings
+
+        RemoteSettings.from_env()
