@@ -314,11 +314,69 @@ def report(tree: dict[str, dict[str, float]], pybind: dict[str, float] | None) -
     Console(width=160).print(table)
 
 
+def bench_hits_against(work: Path, other_src: Path, rounds: int = 7) -> dict[str, dict[str, float]]:
+    """The hit path only, this checkout against another's (its src/ folder) side by
+    side: each builds the tree into its own store, then fresh-process hits (the
+    torch extension's lookup and header check; the tree as a C++ library) and
+    200 in-process hits alternate between the two, `rounds` times."""
+    paths = make_project(work / "proj")
+    include = work / "proj" / "include"
+    sides = {"this": Path(__file__).resolve().parents[1] / "src", "other": other_src.resolve()}
+    envs = {side: {"ABICACHE_DIR": str(work / f"ac-{side}"), "MAX_JOBS": JOBS, "ABICACHE_PROGRESS": "0",
+                   "PYTHONPATH": str(src)} for side, src in sides.items()}
+    got: dict[str, dict[str, list[float]]] = {side: {"lookup": [], "cc": [], "repeat": []} for side in sides}
+    for side in sides:
+        run(ABICACHE, paths, include, envs[side])  # cold
+        run(CC, paths, include, envs[side])
+        run(ABICACHE, paths, include, envs[side])  # the first hit stamps the witnesses
+        run(CC, paths, include, envs[side])
+    for round_ in range(rounds):
+        for side in (list(sides) if round_ % 2 == 0 else list(reversed(sides))):
+            got[side]["lookup"].append(run(ABICACHE, paths, include, envs[side])["lookup"])
+            got[side]["cc"].append(run(CC, paths, include, envs[side])["call"])
+            got[side]["repeat"].append(run(ABICACHE, paths, include, envs[side], repeat=200)["repeat"])
+    res = {side: {k: statistics.median(v) for k, v in got[side].items()} for side in sides}
+    for side in sides:
+        res[side]["recorded_deps"] = float(_recorded(work / f"ac-{side}"))
+    return res
+
+
+def report_hits(res: dict[str, dict[str, float]], other: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Hit path: this checkout against {other} ({JOBS} jobs, medians, alternating rounds)")
+    for column in ("measure", "this", "other", "ratio"):
+        table.add_column(column)
+    rows = [("fresh-process hit, torch extension: lookup and header check", "lookup", 1e3, "ms"),
+            ("fresh-process hit, the tree as a C++ library (cc.load_library)", "cc", 1e3, "ms"),
+            ("repeated in-process hit (load), 200 headers", "repeat", 1e6, "us")]
+    for label, k, scale, unit in rows:
+        a, b = res["this"][k], res["other"][k]
+        table.add_row(label, f"{a * scale:.2f} {unit}", f"{b * scale:.2f} {unit}", f"{a / b:.2f}x")
+    table.add_row("files recorded per entry (most)", f"{res['this']['recorded_deps']:.0f}",
+                  f"{res['other']['recorded_deps']:.0f}", "")
+    Console(width=160).print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-torch-pybind", action="store_true", help="skip the torch/extension.h builds")
+    parser.add_argument("--hits-against", type=Path, metavar="SRC",
+                        help="only the hit path, side by side with another checkout's src/ (e.g. a git worktree "
+                             "of the previous commit)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-build-"))
+    if args.hits_against is not None:
+        try:
+            hits = bench_hits_against(work, args.hits_against)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        report_hits(hits, args.hits_against)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "build_hits.json").write_text(json.dumps({"hits": hits, "other": str(args.hits_against),
+                                                             "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+        return
     try:
         tree = bench_tree(work)
         pybind = None if args.no_torch_pybind else bench_pybind(work)

@@ -27,7 +27,7 @@ FLOORS: list[set[str]] = [
     {"replicate", "explain"},
     {"cache"},
     {"engine"},
-    {"cc", "cuda", "torch", "torch_compile", "triton", "tvm_ffi", "patching", "dropin"},
+    {"cc", "cuda", "torch", "torch_compile", "triton", "tvm_ffi", "patching", "dropin", "check", "torch_lines"},
     {"cli"},
     {"__init__", "__main__"},
 ]

@@ -19,7 +19,7 @@ from .errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, Man
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
 from .store import deps as depcheck, transient
-from .store.manifest import FILENAME as MANIFEST_FILE, Dependency, check_text, preference, variant_id
+from .store.manifest import FILENAME as MANIFEST_FILE, Absent, Dependency, check_text, preference, variant_id
 from .store.trust import group_setting
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class BuildResult(NamedTuple):
 
     requirements: Requirements | Sequence[str] = ()
     deps: Sequence[Dependency] = ()
+    absent: Sequence[Absent] = ()  # paths looked for and not found, which must stay missing
+    env: Sequence[tuple[str, str]] = ()  # (variable read, sha256 of its value or "unset")
 # (stage, files, declared, facts) -> (detected requirements, audit summary)
 Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
@@ -61,7 +63,7 @@ class Artifact(NamedTuple):
     def current(self) -> bool:
         """Whether the files it was compiled from (its dependencies) still hold
         the bytes it was built from; microseconds once asked (store/watch.py)."""
-        return not self.manifest.deps or (self.watch is not None and self.watch())
+        return not self.manifest.recorded or (self.watch is not None and self.watch())
 
     def file(self, name: str | None = None) -> Path:
         """The path of one file; without a name, the only file (or an error)."""
@@ -178,7 +180,8 @@ class Cache:
         as for get_or_build, for entries that recorded dependencies."""
         self.store.ensure()
         key, _ = self.key_for(kind, name, _as_inputs(inputs))
-        return self._find(kind, key, verify, bases or {}) or self._fetch(kind, key, bases or {})
+        bases = {"cwd": os.getcwd(), **(bases or {})}  # the base every build has (engine/tree.py)
+        return self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
 
     def _find(self, kind: str, key: str, verify: str, bases: Mapping[str, str] = {}) -> Artifact | None:
         """The local entry that holds here; a lookup that keeps meeting a
@@ -200,7 +203,7 @@ class Cache:
                 usable.append((vdir, manifest))
         usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in usable:
-            if manifest.deps and self.store.deps_changed(vdir, manifest, bases) is not None:
+            if manifest.recorded and self.store.deps_changed(vdir, manifest, bases) is not None:
                 continue  # built from other bytes of a header: not a hit, not damage
             if self._verified(vdir, manifest, verify):
                 self.store.touch(vdir, self.touch_interval)
@@ -244,7 +247,8 @@ class Cache:
         from . import replicate
 
         def current(manifest: Manifest) -> bool:
-            return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases)[0] is None
+            return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,
+                                                                    manifest.env)[0] is None
 
         got = replicate.fetch(self.remote, self.store, kind, key, current)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
@@ -311,8 +315,11 @@ class Cache:
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):
                     raise
                 transient.pause(attempt)
-        if found.manifest.deps:  # later calls ask whether what it read still holds
-            found = found._replace(bases=bases, watch=depcheck.Current(found.manifest.deps, bases))
+        if found.manifest.recorded:  # later calls ask whether what it read still holds
+            if found.origin == "built":  # stamp the witnesses now: the next hit stats, and writes nothing
+                self.store.deps_changed(found.path, found.manifest, bases)
+            m = found.manifest
+            found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env))
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 
@@ -367,6 +374,8 @@ class Cache:
             seconds = time.perf_counter() - start
             declared = declared | _learned(learned)
             found_deps = tuple(sorted(set(learned.deps))) if isinstance(learned, BuildResult) else ()
+            absent = tuple(sorted(set(learned.absent))) if isinstance(learned, BuildResult) else ()
+            env = tuple(sorted(set(learned.env))) if isinstance(learned, BuildResult) else ()
             paths = self.store.collect(stage)
             try:
                 detected, summary = self.audit(stage, paths, declared, self.facts)
@@ -384,7 +393,7 @@ class Cache:
                 )
             manifest = Manifest(
                 key=key,
-                variant=variant_id(reqs, found_deps),
+                variant=variant_id(reqs, found_deps, absent, env),
                 kind=kind,
                 name=name,
                 files=self.store.ingest(stage, paths),
@@ -394,11 +403,13 @@ class Cache:
                 inputs=described,
                 facts=self.facts.snapshot(),
                 audit=summary,
-                builder={"callable": _qualname(build)},
+                builder=_builder_record(build),
                 abicache_version=__version__,
                 created=time.time(),
                 build_seconds=round(seconds, 6),
                 deps=found_deps,
+                absent=absent,
+                env=env,
             )
             adopted = self._share(stage, manifest)
             if adopted is not None:
@@ -538,6 +549,12 @@ def _check_name(name: str) -> None:
         check_text(name, "artifact name")
     except ManifestError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _builder_record(build: Builder) -> dict[str, Any]:
+    """Who built it, and how to make the same call again where the frontend says (abicache check)."""
+    recipe = getattr(build, "recipe", None)
+    return {"callable": _qualname(build), **({"recipe": recipe} if isinstance(recipe, dict) else {})}
 
 
 def _qualname(build: Builder) -> str:

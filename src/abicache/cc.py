@@ -43,18 +43,24 @@ def _lang(lang: str) -> tuple[str, str, str, str]:
 
 
 def compiler_command(lang: str) -> list[str]:
+    """$CC or $CXX (cc, c++) as words: a wrapper and flags after the compiler included."""
+    from .engine import steer
+
     variable, default, _, _ = _lang(lang)
-    return (os.environ.get(variable) or default).split()
+    return list(steer.command(variable, default))
 
 
-def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False) -> None:
-    """Run one compiler command; on failure, BuildError with its output."""
+def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *,
+                 env: Mapping[str, str] | None = None, fds: Sequence[int] = ()) -> None:
+    """Run one compiler command (env: variables added to this process's); on
+    failure, BuildError with its output."""
     import subprocess
 
     if verbose:
         print("abicache: " + " ".join(argv), file=sys.stderr, flush=True)
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace",
+                              env={**os.environ, **env} if env else None, pass_fds=tuple(fds))
     except FileNotFoundError:
         raise BuildError(
             f"compiler {argv[0]!r} not found while building {what}; install it or set CC/CXX",
@@ -115,40 +121,122 @@ class Plan(NamedTuple):
     bases: Mapping[str, str] = {}  # where the folders its dependencies are recorded against are
     job: Job | None = None
     custom: Callable[[Path, Cache], Any] | None = None  # a builder that drives the engine itself
+    recipe: Mapping[str, Any] | None = None  # how to make the same call again (abicache check)
 
     def builder(self, cache: Cache) -> Callable[[Path], Any]:
         if self.build is not None:
             return self.build
         if self.custom is not None:
             custom = self.custom
-            return lambda out: custom(out, cache)
-        assert self.job is not None
-        return _engine(self.job, cache)
+            built: Callable[[Path], Any] = lambda out: custom(out, cache)  # noqa: E731
+        else:
+            assert self.job is not None
+            built = _engine(self.job, cache)
+        if self.recipe is not None:
+            built.recipe = dict(self.recipe)  # type: ignore[attr-defined]  # kept in the manifest
+        return built
 
     def run(self, cache: Cache | None = None) -> Artifact:
         cache = cache or default_cache()
-        return cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
-                                  bases=self.bases)
+        art = cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
+                                 bases=self.bases)
+        if art.origin == "local" and "ABICACHE_CHECK" in os.environ:
+            _check_in_background(cache, art)
+        return art
+
+
+def _check_in_background(cache: Cache, art: Artifact) -> None:
+    """ABICACHE_CHECK=N: with probability 1/N, `abicache check` this hit in a
+    process of its own (this one goes on at once); the verdict goes to the
+    store's log/check.jsonl (check.py)."""
+    import random
+
+    text = os.environ.get("ABICACHE_CHECK", "").strip()
+    every = int(text) if text.isdigit() else 0  # a bad value: `abicache env` lists it
+    if every < 1 or random.random() >= 1 / every or "recipe" not in art.manifest.builder:
+        return
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "abicache", "check", art.key, "--root", str(cache.root), "--log"],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, env={**os.environ, "ABICACHE_CHECK": "0"})
 
 
 def library_plan(
     name: str,
     sources: Sequence[Source] | Source,
     *,
-    lang: str = "c++",
+    lang: str | None = None,
     cflags: Sequence[str] = (),
     ldflags: Sequence[str] = (),
 ) -> Plan:
-    _, _, tool, ext = _lang(lang)
+    """lang None: each file's language by its extension, as a compiler driver
+    decides it (.c is C, compiled with $CC; the rest C++, and str code is
+    C++); "c" or "c++" compiles every source in that language."""
+    _, _, tool, ext = _lang(lang or "c++")
     tree = trees.make(sources, ext, cflags, _COMPILED)
     filename = library_filename(name)
     soname = [f"-Wl,-soname,{filename}"] if sys.platform.startswith("linux") else []
     tail = (*soname, *ldflags)
-    job = Job(f"library {name}", tuple(compiler_command(lang)), tool, lang, tree, ("-fPIC", "-O2"),
-                    ("-fPIC", "-O2"), ("-shared",), tail, filename)
+    job = _job(f"library {name}", tree, lang, ("-fPIC", "-O2"), ("-fPIC", "-O2"), ("-shared",), tail, filename)
     inputs = Inputs.make(tree.key_sources(), flags=["-shared", "-fPIC", "-O2", *tree.key_flags, "|", *tail],
-                         tools=[tool], extra={"lang": lang})
-    return Plan("cc.library", name, inputs, None, bases=tree.bases, job=job)
+                         tools=_tools(job), extra={"lang": lang or "auto", **dict(job.steer)})
+    recipe = _recipe("cc.library", name, sources, lang=lang, cflags=list(cflags), ldflags=list(ldflags))
+    return Plan("cc.library", name, inputs, None, bases=tree.bases, job=job, recipe=recipe)
+
+
+def _recipe(frontend: str, name: str, sources: Sequence[Source] | Source, **args: Any) -> dict[str, Any]:
+    """The call, as JSON: `abicache check` makes it again, in the same folder, to
+    compare a fresh build with the cached one. Sources: code, a file, or files."""
+    single = type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping))
+    listed: list[dict[str, Any]] = []
+    for item in [sources] if single else sources:
+        if isinstance(item, str):
+            listed.append({"code": item})
+        elif hasattr(item, "__fspath__"):
+            listed.append({"path": os.fsdecode(os.fspath(item))})
+        else:
+            listed.append({"files": {str(k): str(v) for k, v in dict(item).items()}})
+    return {"frontend": frontend, "name": name, "sources": listed, "cwd": os.getcwd(), **args}
+
+
+def plan_of(recipe: Mapping[str, Any]) -> Plan:
+    """The Plan a recipe describes, made in this process's working directory."""
+    from pathlib import Path as P
+
+    sources: list[Source] = []
+    for item in recipe["sources"]:
+        sources.append(item["code"] if "code" in item else P(item["path"]) if "path" in item else item["files"])
+    common = dict(lang=recipe.get("lang"), cflags=recipe.get("cflags", ()), ldflags=recipe.get("ldflags", ()))
+    if recipe.get("frontend") == "cc.module":
+        return module_plan(recipe["name"], sources, abi3=recipe.get("abi3"), **common)
+    if recipe.get("frontend") == "cc.library":
+        return library_plan(recipe["name"], sources, **common)
+    raise AbicacheError(f"cannot rebuild from a recipe of {recipe.get('frontend')!r}")
+
+
+def _job(what: str, tree: trees.Tree, lang: str | None, cflags: tuple[str, ...], key_cflags: tuple[str, ...],
+         link: tuple[str, ...], tail: tuple[str, ...], filename: str, covered: tuple[str, ...] = ()) -> Job:
+    """A job of this frontend: lang None lets each unit's extension decide
+    (the C++ driver links, unless every unit is C)."""
+    from .engine import steer
+
+    cc, cxx = tuple(compiler_command("c")), tuple(compiler_command("c++"))
+    units = [f.name for f in tree.units]
+    if lang is None:
+        lang = "c" if units and all(n.endswith(".c") for n in units) else "c++"
+        c_units = any(n.endswith(".c") for n in units) and lang == "c++"
+    else:
+        c_units = False
+    _, _, tool, _ = _lang(lang)
+    main = cc if lang == "c" else cxx
+    commands = (("cxx", cxx), ("cc", cc)) if c_units else ((("cc" if lang == "c" else "cxx"), main),)
+    return Job(what, main, tool, lang, tree, cflags, key_cflags, link, tail, filename, covered,
+               c_compiler=cc if c_units else (), steer=tuple(sorted(steer.key_extra(*commands, cuda=False).items())))
+
+
+def _tools(job: Job) -> list[str]:
+    return [job.tool, *(["compiler.cc"] if job.c_compiler else [])]
 
 
 def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
@@ -157,21 +245,21 @@ def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
         from .engine import units
 
         with progress.step(f"compiling {job.what} ({', '.join(f.name for f in job.tree.files)})"):
-            return BuildResult(deps=units.build(job, cache, out, runner(job.verbose)))
+            return units.build(job, cache, out, runner(job.verbose))
 
     build.__qualname__ = f"engine.units({job.what})"
     return build
 
 
-def runner(verbose: bool) -> Callable[[list[str], Path, str], None]:
-    return lambda argv, cwd, what: run_compiler(argv, cwd, what, verbose)
+def runner(verbose: bool) -> Callable[..., None]:
+    return lambda argv, cwd, what, **watched: run_compiler(argv, cwd, what, verbose, **watched)
 
 
 def build_library(
     name: str,
     sources: Sequence[Source] | Source,
     *,
-    lang: str = "c++",
+    lang: str | None = None,
     cflags: Sequence[str] = (),
     ldflags: Sequence[str] = (),
     cache: Cache | None = None,
@@ -184,19 +272,27 @@ def load_library(
     name: str,
     sources: Sequence[Source] | Source,
     *,
-    lang: str = "c++",
+    lang: str | None = None,
     cflags: Sequence[str] = (),
     ldflags: Sequence[str] = (),
     cache: Cache | None = None,
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
     memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), _where(cache),
-            _here(sources, cflags))
+            _here(sources, cflags), _steering())
     return _load_once(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: ctypes.CDLL(str(art.file())),
     )
+
+
+def _steering() -> tuple[Any, ...]:
+    """The compilers and the environment a build here would use: an in-process
+    memo must miss when they change, as the key does."""
+    from .engine.steer import fingerprint
+
+    return fingerprint("CC", "CXX")
 
 
 def _where(cache: Cache | None) -> Any:
@@ -316,12 +412,13 @@ def module_plan(
     include = [f for f in pyflags if f.startswith("-I")]
     defines = tuple(f for f in pyflags if not f.startswith("-I"))
     # The include path names this interpreter's install: the ABI stands for it in the key.
-    job = Job(f"module {name}", tuple(compiler_command(lang)), tool, lang, tree,
-                    ("-fPIC", "-O2", *defines, *include), ("-fPIC", "-O2", *defines), ("-shared",),
-                    tuple(ldflags), filename, covered=tuple(f[2:] for f in include))
+    job = _job(f"module {name}", tree, lang, ("-fPIC", "-O2", *defines, *include), ("-fPIC", "-O2", *defines),
+               ("-shared",), tuple(ldflags), filename, covered=tuple(f[2:] for f in include))
     flags = ["-shared", "-fPIC", "-O2", *defines, *tree.key_flags, "|", *ldflags]
-    inputs = Inputs.make(tree.key_sources(), flags=flags, tools=[tool], extra={"lang": lang, **extra})
-    return Plan("cc.module", name, inputs, None, tuple(declared), bases=tree.bases, job=job)
+    inputs = Inputs.make(tree.key_sources(), flags=flags, tools=_tools(job),
+                         extra={"lang": lang, **extra, **dict(job.steer)})
+    recipe = _recipe("cc.module", name, sources, lang=lang, abi3=abi3, cflags=list(cflags), ldflags=list(ldflags))
+    return Plan("cc.module", name, inputs, None, tuple(declared), bases=tree.bases, job=job, recipe=recipe)
 
 
 def build_module(
@@ -357,7 +454,7 @@ def load_module(
 ) -> ModuleType:
     """Build (once) and import a CPython extension module."""
     memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache),
-            _here(sources, cflags))
+            _here(sources, cflags), _steering())
     return _load_once(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),

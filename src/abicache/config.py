@@ -36,6 +36,13 @@ VARIABLES: dict[str, tuple[str, str]] = {
                               "when set, remote manifests must carry a signature by one of them"),
     "ABICACHE_DROPIN": ("", "torch, tvm_ffi (comma-separated) or all: route those libraries' JIT "
                         "load/load_inline through abicache with no code change (needs the wheel's .pth)"),
+    "ABICACHE_OBSERVE": ("1", "0: do not watch compilers (observe.c, preloaded) for the files they read and "
+                         "looked for; only their dependency files are recorded, and a build without one "
+                         "is not cached"),
+    "ABICACHE_SLOPPINESS": ("", "system_headers: headers in the compiler's own search list are taken as part "
+                            "of the compiler (not recorded), as ccache's sloppiness=system_headers"),
+    "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
+                       "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
     "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 

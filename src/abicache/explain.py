@@ -111,8 +111,8 @@ def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[s
     """Which files the compiler read differ: against another entry's record
     (`new`), or against the files as they are now under `bases`."""
     if new is not None:
-        a = {(d.base, d.path): d.sha256 for d in old.deps}
-        b = {(d.base, d.path): d.sha256 for d in new.deps}
+        a = {(d.base, d.path): d.sha256 for d in old.deps} | {("env", n): v for n, v in old.env}
+        b = {(d.base, d.path): d.sha256 for d in new.deps} | {("env", n): v for n, v in new.env}
         return [Difference(f"dependency {base}/{path}", _digest(a.get((base, path))), _digest(b.get((base, path))))
                 for base, path in sorted(set(a) | set(b)) if a.get((base, path)) != b.get((base, path))]
     from .store import deps as depcheck
@@ -127,7 +127,18 @@ def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[s
         if sha != dep.sha256:
             out.append(Difference(f"dependency {dep.base}/{dep.path}", _digest(dep.sha256),
                                   _digest(sha) if path else "(base not given)"))
+    variable = depcheck.env_changed(old.env)
+    if variable is not None:
+        now = depcheck.env_digest(variable.path)
+        out.append(Difference(f"environment variable {variable.path}", _value(variable.sha256), _value(now)))
+    appeared = depcheck.absent_changed(old.absent, bases or {}, {}, 0)
+    if appeared is not None:
+        out.append(Difference(f"missing when built: {appeared.base}/{appeared.path}", "(absent)", "(there now)"))
     return out
+
+
+def _value(digest: str) -> str:
+    return "(unset)" if digest == "unset" else f"sha256 {digest[:12]}..."
 
 
 def _digest(sha: str | None) -> str:
@@ -168,7 +179,7 @@ def explain(
             candidates.append(Candidate(newest, tuple(unmet)))
     for m in manifests:
         diffs = input_differences(m.inputs, wanted or {}) + requirement_differences(m, facts)
-        if m.key == key and m.deps:
+        if m.key == key and m.recorded:
             diffs += dependency_differences(m, newest, bases)
         if not diffs and m.key == key:
             hit = True

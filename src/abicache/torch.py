@@ -32,13 +32,15 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from .cache import Artifact, Cache, default_cache
 from .engine import tree as trees
 from .engine.job import CudaUnits, Job
-from .cc import Plan, _fingerprint, _load_once, _where, compiler_command, import_extension, runner
+from .cc import Plan, _fingerprint, _load_once, _steering, _where, compiler_command, import_extension, runner
 from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
 from . import torch_compile as compile_cache  # noqa: F401  abicache.torch.compile_cache
 from .patching import Patch
+from . import torch_lines
+from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
@@ -131,9 +133,10 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool 
     with_cuda: link CUDA (None: if there are .cu sources); standalone: an executable."""
     facts = facts or default_cache().facts
     torch = TorchInstall(facts)
-    flags = [*extra_cflags, *(f"-I{p}" for p in extra_include_paths)]
-    tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp", flags,
-                      (*trees.COMPILED, ".cuh"))
+    # as cpp_extension: the include paths go to both compilers, extra_cflags to the C++ compiler only
+    includes = [f"-I{p}" for p in extra_include_paths]
+    tree = trees.make(sources if not isinstance(sources, Mapping) else [sources], ".cpp",
+                      [*includes, *extra_cflags], (*trees.COMPILED, ".cuh"))
     cuda = tuple(extra_cuda_cflags)
     if stable:
         _refuse_unstable_includes({f.name: f.code for f in tree.files})
@@ -142,7 +145,8 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, stable: bool 
     if with_cuda is False and has_cu:
         raise UsageError(f"with_cuda=False, but {name} has CUDA sources; leave with_cuda unset (None) or True")
     output = "executable" if standalone else "module" if python_module else "library"
-    return _classic_plan(name, tree, torch, output, extra_ldflags, verbose, use_pch, cuda, bool(with_cuda) or has_cu)
+    return _classic_plan(name, tree, torch, output, extra_ldflags, verbose, use_pch, cuda, bool(with_cuda) or has_cu,
+                         len(includes))
 
 
 _OUTPUTS = {  # output -> (kind, link flags)
@@ -154,17 +158,21 @@ _OUTPUTS = {  # output -> (kind, link flags)
 
 def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
                   ldflags: Sequence[str], verbose: bool, use_pch: bool = False,
-                  cuda_cflags: tuple[str, ...] = (), cuda: bool = False) -> Plan:
+                  cuda_cflags: tuple[str, ...] = (), cuda: bool = False, includes: int = 0) -> Plan:
+    """cpp_extension's own build lines (torch_lines.py; tests/test_torch_lines.py
+    compares them with the build.ninja the installed torch writes). includes:
+    how many of the tree's first flags are extra_include_paths (both compilers
+    get those; the rest, extra_cflags, only the C++ compiler)."""
     facts = torch.facts
+    lines = torch_lines.lines(torch.root, facts.memo_dir)
     python_include = cc_python_include()
     abi = facts.get("torch.cxx11abi")
     python_module = output == "module"
     # an executable is no extension: torch/torch.h must not pull in Python (as cpp_extension does it)
     defines = [] if output == "executable" else [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if abi in ("0", "1") else []
-    # a library may carry pybind11 bindings too (functions= with is_python_module=False, as torch allows)
-    bindings = output != "executable" and any("PYBIND11_MODULE" in f.code for f in tree.files)
-    libs = ["-lc10", "-ltorch_cpu", "-ltorch"] + (["-ltorch_python"] if python_module or bindings else [])
+    defines += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] if lines.abi_define and abi in ("0", "1") else []
+    libs = ["-lc10", *(["-lc10_cuda"] if cuda else []), "-ltorch_cpu", *(["-ltorch_cuda"] if cuda else []), "-ltorch",
+            *(["-ltorch_python"] if output != "executable" else [])]
     # torch/extension.h includes Python.h: every classic build is tied to this
     # interpreter's ABI (cpp_extension keys its folder on py311 for the same reason).
     python_abi = (facts.get("python.abi") or "unknown") if output != "executable" else "none"
@@ -184,25 +192,28 @@ def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
             raise BuildError(f"CUDA sources (or with_cuda=True) need a CUDA build of torch; this one is "
                              f"{facts.get('torch.version')} ({facts.get('torch.flavor')})")
         tools.append("cuda.nvcc")
-        libs += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
         declared.append("torch.flavor in cuda")
-        nvcc = _nvcc_units([*defines, *cuda_cflags, *cuda_arch_flags(facts)], torch, python_include, covered)
+        nvcc = _nvcc_units(defines, tree, includes, cuda_cflags, torch, python_include, covered, lines)
         cuda_include = ("-isystem", covered[-1])  # as cpp_extension: C++ sources may include cuda_runtime.h
+        tools += ["compiler.cc"] if os.environ.get("CC") else []  # nvcc's host compiler (-ccbin $CC)
     suffix = ext_suffix() if python_module else ".so"
     filename = {"module": f"{name}{suffix}", "library": f"lib{name}.so", "executable": name}[output]
     # cpp_extension's own flags: no -O level unless the caller passes one.
-    key_cflags = ("-fPIC", "-std=c++20", *defines)
-    cflags = (*key_cflags, *torch.includes, "-isystem", python_include, *cuda_include)
+    key_cflags = ("-fPIC", lines.cxx_std, *defines)
+    cflags = (*defines, *torch.includes, *cuda_include, "-isystem", python_include, "-fPIC", lines.cxx_std)
     # Library folders are paths: they go on the command line, not into the key.
     kind, link = _OUTPUTS[output]
     rpath = (f"-Wl,-rpath,{torch.lib_dir}",) if output == "executable" else ()  # it runs outside Python
-    tail = (f"-L{torch.lib_dir}", *rpath, *cudart_link(libs), *ldflags)
+    cudart = cudart_link(["-lcudart"]) if cuda else []
+    tail = (*ldflags, f"-L{torch.lib_dir}", *libs, *rpath, *cudart)
     job = Job(f"torch extension {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
-              cflags, key_cflags, link, tail, filename, tuple(covered), nvcc, verbose)
+              cflags, key_cflags, link, tail, filename, tuple(covered), nvcc, verbose,
+              steer=steer.for_cxx(cuda=cuda))
     # nvcc's flags (arch list, extra_cuda_cflags) shape the output as much as the C++ flags do.
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
-    inputs = Inputs.make(tree.key_sources(), flags=[*link, *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
-                                                  *ldflags], tools=tools, extra=extra)
+    inputs = Inputs.make(tree.key_sources(), flags=[*link, *key_cflags, *tree.key_flags, *nvcc_key, "|", *ldflags,
+                                                  *libs, *(["-lcudart"] if cuda else [])],
+                         tools=tools, extra={**extra, **dict(job.steer)})
     custom = _with_pch(job, torch, python_abi) if use_pch else None
     return Plan(kind, name, inputs, None, tuple(declared), bases=tree.bases, job=job, custom=custom)
 
@@ -213,25 +224,34 @@ def _with_pch(job: Job, torch: TorchInstall, python_abi: str) -> Callable[[Path,
 
     def build(out: Path, cache: Cache) -> Any:
         from .engine import pch, units
-        from .cache import BuildResult
 
         run = runner(job.verbose)
         folder = pch.torch_extension(cache, job, torch.root / "include", python_abi, run)
         fast = job._replace(cflags=("-I", folder, "-Winvalid-pch", *job.cflags), covered=(*job.covered, folder))
-        return BuildResult(deps=units.build(fast, cache, out, run))
+        return units.build(fast, cache, out, run)
 
     return build
 
 
-def _nvcc_units(defines: list[str], torch: TorchInstall, python_include: str, covered: list[str]) -> CudaUnits:
+def _nvcc_units(defines: list[str], tree: trees.Tree, includes: int, extra: tuple[str, ...], torch: TorchInstall,
+                python_include: str, covered: list[str], lines: torch_lines.TorchLines) -> CudaUnits:
+    """cpp_extension's nvcc line: [-ccbin $CC] defines, the include paths, the system
+    includes, COMMON_NVCC_FLAGS, the arch flags (none when extra_cuda_cflags name an
+    arch), --compiler-options -fPIC, extra_cuda_cflags, and its -std unless they give one."""
     from .env import probes
 
     nvcc = probes.nvcc_path()
     if nvcc is None:
         raise BuildError("CUDA sources need nvcc, which was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     covered.append(str(Path(nvcc).resolve().parent.parent / "include"))
-    key = ("-Xcompiler", "-fPIC", "-std=c++20", *defines)
-    return CudaUnits((str(nvcc),), (*key, *torch.includes, "-isystem", python_include), key)
+    head = ["-ccbin", os.environ["CC"]] if os.environ.get("CC") else []
+    tail = [*lines.nvcc_common, *cuda_arch_flags(torch.facts, extra), "--compiler-options", "-fPIC", *extra]
+    if not any(f.startswith("-std=") for f in (*defines, *tail)):
+        tail.append(lines.nvcc_std)
+    system = [*torch.includes, "-isystem", covered[-1], "-isystem", python_include]
+    flags = (*head, *defines, *tree.flags[:includes], *system, *tail)
+    key = (*head, *defines, *tree.key_flags[:includes], *tail)
+    return CudaUnits((str(nvcc),), flags, key, tree_flags=False)
 
 
 def _stable_nvcc(torch: TorchInstall, covered: list[str], extra: tuple[str, ...]) -> CudaUnits:
@@ -260,11 +280,10 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
     # may call the CUDA runtime, which the audit turns into a cuda.runtime requirement.
     nvcc = _stable_nvcc(torch, covered, (*cuda_cflags, *cuda_arch_flags(torch.facts))) if cuda else None
     job = Job(f"stable op {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree, key_cflags,
-              key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose=verbose)
+              key_cflags, ("-shared",), tail, filename, tuple(covered), nvcc, verbose=verbose, steer=steer.for_cxx())
 
     def build(out: Path, cache: Cache) -> Any:
         from .engine import units
-        from .cache import BuildResult
 
         failures = []
         for version in candidates:
@@ -275,11 +294,11 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
                 attempt = attempt._replace(cuda=job.cuda._replace(flags=(*job.cuda.flags, macro),
                                                                   key_flags=(*job.cuda.key_flags, macro)))
             try:
-                deps = units.build(attempt, cache, out, runner(verbose))
+                result = units.build(attempt, cache, out, runner(verbose))
             except BuildError as exc:
                 failures.append(exc)
                 continue
-            return BuildResult([f"torch.version >= {version}"], deps)
+            return result._replace(requirements=[f"torch.version >= {version}"])
         if len(failures) == 1:
             raise failures[0]
         raise BuildError(f"stable op {name} does not compile for any target torch "
@@ -292,7 +311,8 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
     inputs = Inputs.make(tree.key_sources(), flags=["-shared", *key_cflags, *tree.key_flags, *nvcc_key, "|", *libs,
                                                   *ldflags],
-                         tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])], extra={"target": target or "auto"})
+                         tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])],
+                         extra={"target": target or "auto", **dict(job.steer)})
     declared = (f"torch.version >= {target}",) if target else ()
     return Plan("torch.stable", name, inputs, None, declared, bases=tree.bases, job=job, custom=build)
 
@@ -372,7 +392,7 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
                 use_pch=use_pch, no_implicit_headers=no_implicit_headers, stable=stable, target=target, cache=cache)
     memo = ("torch", name, _fingerprint(cpp_sources), _fingerprint(cuda_sources or ()), repr(functions),
             repr(sorted((k, v) for k, v in args.items() if k not in ("cuda_sources", "functions", "cache",
-                                                                       "verbose"))), _where(cache))
+                                                                       "verbose"))), _where(cache), _steering())
     return _load_once(memo, lambda: build_inline(name, cpp_sources, **args),
                       lambda art: _load(art, python_module=is_python_module and not stable))
 
@@ -397,7 +417,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
                          extra_sycl_cflags or any(str(p).endswith(".sycl") for p in paths) or None, with_sycl)
     python_module = is_python_module and not stable and not is_standalone
     memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module, is_standalone, with_cuda, opts,
-            os.getcwd(), _where(cache))
+            os.getcwd(), _where(cache), _steering(), str(build_directory), keep_intermediates, use_pch)
 
     def build() -> Artifact:
         art = plan(name, paths, stable=stable, target=target, python_module=python_module,

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .engine import tree as trees
+from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 from .engine.job import CudaUnits, Embedding, Job
 from .cache import Artifact, Cache, default_cache
-from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
+from .cc import Plan, _fingerprint, _load_once, _steering, _where, compiler_command
 from .errors import AbicacheError, UsageError
 from .key import Inputs
 from .patching import Patch
@@ -105,13 +106,13 @@ def plan(name: str, sources: Mapping[str, str] | Sequence[Any], *, extra_cflags:
     embed = _embedding(embed_cubin)
     job = Job(f"tvm-ffi module {name}", tuple(compiler_command("c++")), "compiler.cxx", "c++", tree,
               (*KEY_CFLAGS, *system), KEY_CFLAGS, ("-shared",), tail, f"{name}.so", ffi.includes, nvcc,
-              embed=embed)
+              embed=embed, steer=steer.for_cxx())
     nvcc_key = ["nvcc", *nvcc.key_flags] if nvcc else []
     blobs = {f"{n}.cubin": data for n, data in embed.blobs} if embed else {}
     inputs = Inputs.make({**tree.key_sources(), **blobs}, flags=["-shared", *KEY_CFLAGS, *tree.key_flags, *nvcc_key, "|", *libs,
                                                   *lenient(extra_ldflags)],
                          tools=["compiler.cxx", *(["cuda.nvcc"] if cuda else [])],
-                         extra={"tvm_ffi": ffi.version})
+                         extra={"tvm_ffi": ffi.version, **dict(job.steer)})
     return Plan("tvm_ffi.module", name, inputs, None, (f"tvm_ffi.version == {ffi.version}",), bases=tree.bases,
                 job=job)
 
@@ -171,7 +172,7 @@ def load_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
                 backend=backend, cache=cache)
     memo = ("tvm_ffi", name, _fingerprint(cpp_sources or ()), _fingerprint(cuda_sources or ()),
             repr(sorted((k, v) for k, v in args.items() if k not in ("cpp_sources", "cuda_sources", "cache"))),
-            keep_module_alive, _where(cache))
+            keep_module_alive, _where(cache), _steering())
     return _load_once(memo, lambda: build_inline(name, **args), lambda art: _load(art, keep_module_alive))
 
 
@@ -187,7 +188,7 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
     cache = cache or default_cache()
     memo = ("tvm_ffi-load", name, _fingerprint(paths), repr((extra_cflags, extra_cuda_cflags, extra_ldflags,
                                                              extra_include_paths, backend, build_directory)),
-            keep_module_alive, os.getcwd(), _where(cache))
+            keep_module_alive, os.getcwd(), _where(cache), _steering())
 
     def build() -> Artifact:
         art = plan(name, paths, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,

@@ -202,6 +202,25 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from ..check import check_entries, log
+
+    cache = _cache(args)
+    verdicts = check_entries(cache, args.keys, args.sample)
+    if args.log:
+        log(cache, verdicts)
+    stale = [v for v in verdicts if v.verdict == "stale key"]
+    if args.json:
+        render.emit_json({"checked": [v.to_dict() for v in verdicts], "stale": len(stale)})
+    elif verdicts:
+        render.table(f"checked {len(verdicts)} entries: each built again from scratch and compared",
+                     ["key", "kind", "name", "verdict", "detail"],
+                     [(v.key[:16], v.kind, v.name, v.verdict, v.detail) for v in verdicts])
+    else:
+        render.say("no entry with a recipe to check (entries of cc.load_library and cc.load_module have one)")
+    return 1 if stale else 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     cache = _cache(args)
     total = sum(1 for _ in cache.store.iter_variant_dirs())

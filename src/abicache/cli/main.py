@@ -1,4 +1,4 @@
-"""abicache command line: env, ls, show, explain, gc, verify, stats, audit, doctor, stub,
+"""abicache command line: env, ls, show, explain, gc, check, verify, stats, audit, doctor, stub,
 push, pull, remote, keys, demo.
 
 Exit codes: 0 success; 1 the command found a problem (verify found damage,
@@ -47,6 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-size", type=commands.parse_size, help="e.g. 10G, 500M, 0")
     p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed")
+    p = sub.add_parser("check", parents=[common],
+                       help="build entries again from scratch and compare: a stale key or a non-reproducible build",
+                       description="Build entries again from scratch, in a scratch store, with the call that made "
+                                   "them, and compare the bytes: 'same', 'stale key' (a fresh build read an input "
+                                   "the entry did not record: it names it), 'not reproducible' (same inputs, other "
+                                   "bytes), or 'skipped' (no recipe, or a lookup here would rebuild it anyway). "
+                                   "Exit 1 when a key is stale. Example: abicache check --sample 5")
+    p.add_argument("keys", nargs="*", metavar="KEY", help="keys or key prefixes (default: every entry with a recipe)")
+    p.add_argument("--sample", type=_positive, metavar="N", help="check N entries chosen at random")
+    p.add_argument("--log", action="store_true", help="also append the verdicts to the store's log/check.jsonl")
     p = sub.add_parser("verify", parents=[common], help="check entries; quarantine damage")
     p.add_argument("--full", action="store_true", help="re-hash every file and blob")
     sub.add_parser("stats", parents=[common], help="size, entries, sharing")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from ..archs import Target, parse_target
-from ..engine import depfile, roots, tree as trees
+from ..engine import depfile, roots, steer, tree as trees
 from ..cache import Artifact, BuildResult, Cache, default_cache
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs
@@ -62,7 +62,8 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
     else:
         raise AbicacheError(f"compiler={compiler!r}: use 'nvcc' or 'nvrtc'")
     inputs = Inputs.make({f"{name}.cu": source}, flags=list(key_flags),
-                         extra={"arch": ",".join(archs), "output": output, "compiler": identity})
+                         extra={"arch": ",".join(archs), "output": output, "compiler": identity,
+                                **steer.key_extra()})
     target = _target_cache(cache, archs, identity)
     art = target.get_or_build(f"cuda.{output}", name, inputs, build, _driver_floor(identity), bases=bases)
     path = art.file()
@@ -115,16 +116,25 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
         import tempfile
 
         from ..cc import run_compiler
+        from ..engine import observe, record
 
+        tools = out.parent.parent / "tools"  # the store's (out is a stage in its tmp/)
         with tempfile.TemporaryDirectory(prefix="abicache-nvcc-") as scratch:
             src = Path(scratch) / tree.files[0].name
             src.write_bytes(tree.files[0].code.encode("utf-8", "surrogateescape"))  # the bytes it was read as
             dfile = Path(scratch) / "deps.d"
-            run_compiler([str(nvcc), f"-{output}", *arch_flags, *tree.flags, str(src), "-o", str(out / filename),
-                          "-MD", "-MF", str(dfile)], Path(os.getcwd()), f"CUDA {output} {name}")
-            covered = [*toolkit, *roots.compiler_dirs(("c++",))]
-            read = depfile.read(dfile) if dfile.exists() else []
-            return BuildResult(deps=trees.dependencies(read, os.getcwd(), tree, covered, scratch))
+            with observe.watching(observe.library(tools), scratch) as session:
+                run_compiler([str(nvcc), f"-{output}", *arch_flags, *tree.flags, str(src), "-o",
+                              str(out / filename), "-MD", "-MF", str(dfile)], Path(os.getcwd()),
+                             f"CUDA {output} {name}",
+                             **({"env": session.env, "fds": session.fds} if session else {}))
+                observed = session.result() if session else None
+            # the host compiler's system headers are recorded, as for C++ (unless sloppiness says otherwise)
+            covered = [*toolkit, *(roots.compiler_dirs(("c++",)) if roots.sloppy_system_headers() else ())]
+            read = depfile.read(dfile) if dfile.exists() else None
+            rec = record.of(observed, read, os.getcwd(), tree, covered, [scratch, str(out.parent.parent.parent)],
+                            tools)
+            return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env)
 
     return identity, build
 

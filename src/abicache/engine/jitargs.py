@@ -35,15 +35,21 @@ _NAMED_ARCHS = {
     "Kepler+Tesla": "3.7", "Kepler": "3.5+PTX", "Maxwell+Tegra": "5.3", "Maxwell": "5.0;5.2+PTX",
     "Pascal": "6.0;6.1+PTX", "Volta+Tegra": "7.2", "Volta": "7.0+PTX", "Turing": "7.5+PTX",
     "Ampere+Tegra": "8.7", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX", "Hopper": "9.0+PTX",
+    "Blackwell+Tegra": "11.0", "Blackwell": "10.0;10.3;12.0;12.1+PTX",
 }
 
 
-def cuda_arch_flags(facts: Facts) -> list[str]:
-    """nvcc's targets as cpp_extension picks them: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"),
-    else the GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
-    with neither, nvcc's own default. The flags are in the key, and the audit turns the
-    result into `gpu.arch ~= ...`."""
+def cuda_arch_flags(facts: Facts, given: Sequence[str] = ()) -> list[str]:
+    """nvcc's targets as cpp_extension picks them: none where the caller's nvcc
+    flags name an arch already (any flag with 'arch' in it); else
+    $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX", "native" for the GPUs present), else the
+    GPUs present, each as SASS, plus PTX of the newest (so a newer GPU can JIT it);
+    with neither, nvcc's own default. The flags are in the key, and the audit turns
+    the result into `gpu.arch ~= ...`."""
+    if any("arch" in flag for flag in given if "TORCH_EXTENSION_NAME" not in flag):
+        return []
     listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
+    listed = "" if listed == "native" else listed
     archs = [n for a in listed.split(";") if a for n in _NAMED_ARCHS.get(a, a).split(";")]
     if not archs:
         present = sorted({d.split("_")[1] for d in (facts.get("gpu.arch") or "").split(",") if "_" in d})

@@ -14,6 +14,7 @@ class CudaUnits(NamedTuple):
     nvcc: tuple[str, ...]
     flags: tuple[str, ...]  # for the command line
     key_flags: tuple[str, ...]  # as they go into the object's key
+    tree_flags: bool = True  # the tree's flags follow (False: flags already hold what nvcc gets of them)
 
 
 class Embedding(NamedTuple):
@@ -43,3 +44,10 @@ class Job(NamedTuple):
     cuda: CudaUnits | None = None  # how .cu units compile (torch extensions with CUDA sources)
     verbose: bool = False  # print every compiler command
     embed: Embedding | None = None  # blobs linked in as data
+    c_compiler: tuple[str, ...] = ()  # for .c units of a C++ job, as a compiler driver takes them ($CC)
+    steer: tuple[tuple[str, str], ...] = ()  # what the key holds of the commands and environment (steer.key_extra)
+
+    def unit_lang(self, name: str) -> str:
+        """A unit's language as a compiler driver decides it, by its extension:
+        a .c unit of a job that lets extensions decide (c_compiler set) is C."""
+        return "c" if self.c_compiler and name.endswith(".c") else self.lang

@@ -42,9 +42,9 @@ def compilers(run: Callable[..., None]) -> Callable[..., None]:
     the critical path, measured on 2 cores)."""
     slots = threading.BoundedSemaphore(max_jobs())
 
-    def limited(*args: object) -> None:
+    def limited(*args: object, **kwargs: object) -> None:
         with slots:
-            run(*args)
+            run(*args, **kwargs)
 
     return limited
 

@@ -1,16 +1,19 @@
 """Folders whose contents the key already covers, so the files a compiler
 reads there are not recorded as dependencies.
 
-- the compiler's own search list (`cc -E -v`), whose contents come with the
-  compiler and the platform it identifies — except /usr/local/include, where
-  users install third-party headers (a CUTLASS checkout, say), which are
-  recorded like project headers;
+- only with ABICACHE_SLOPPINESS=system_headers: the compiler's own search
+  list (`cc -E -v` with the build's flags, without the folders CPATH and its
+  kind add), as ccache's sloppiness of that name — except /usr/local/include,
+  where users install third-party headers (a CUTLASS checkout, say), which
+  are recorded like project headers. By default system headers are recorded
+  like any other: a distribution's -dev package upgraded is a miss;
 - roots a frontend names because their identity is in its key: the torch
   install's include folder (torch.build), the CUDA toolkit's (cuda.nvcc),
   Python's (python.abi).
 
-Search order: the frontend's roots, then the compiler's list; every path is
-normalized (os.path.normpath of the absolute path), never resolved through
+Search order: the frontend's roots, then (only with ABICACHE_SLOPPINESS=
+system_headers) the compiler's list, asked with the build's own flags and
+environment; every path is made absolute (normal()), never resolved through
 links, to match what depfiles name.
 """
 
@@ -27,30 +30,45 @@ _UNCOVERED = ("/usr/local/include",)
 _memo: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def compiler_dirs(compiler: Sequence[str], lang: str = "c++", memo_dir: Path | None = None) -> tuple[str, ...]:
-    """The compiler's system include folders: memoized per process, and under
-    memo_dir (the store's tools/) by the compiler binary's stat, as its identity
-    is, so a build does not pay a compiler process for them (30 ms a build)."""
-    return compiler_dirs_later(compiler, lang, memo_dir)()
+#: variables that add folders to the search list: those folders are the user's, never the compiler's
+_USER_PATHS = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH")
+#: flags that name include folders of the user's (left out of the probe)
+_USER_DIRS = ("-I", "-isystem", "-iquote", "-idirafter", "--include-path")
 
 
-def compiler_dirs_later(compiler: Sequence[str], lang: str = "c++",
-                        memo_dir: Path | None = None) -> Callable[[], tuple[str, ...]]:
+def sloppy_system_headers() -> bool:
+    return "system_headers" in os.environ.get("ABICACHE_SLOPPINESS", "").replace(",", " ").split()
+
+
+def compiler_dirs(compiler: Sequence[str], lang: str = "c++", memo_dir: Path | None = None,
+                  flags: Sequence[str] = ()) -> tuple[str, ...]:
+    """The compiler's system include folders for these flags: memoized per
+    process, and under memo_dir (the store's tools/) by the compiler binary's
+    stat, the flags and the environment that moves them, so a build does not
+    pay a compiler process for them (30 ms a build)."""
+    return compiler_dirs_later(compiler, lang, memo_dir, flags)()
+
+
+def compiler_dirs_later(compiler: Sequence[str], lang: str = "c++", memo_dir: Path | None = None,
+                        flags: Sequence[str] = ()) -> Callable[[], tuple[str, ...]]:
     """compiler_dirs, for later: the compiler process it may need is started
     now and read when the result is asked for, so the build engine runs it
     beside its first compiles (10 ms before them otherwise), with no thread."""
-    key = (*compiler, lang)
+    from . import steer
+
+    probe_flags = _system_flags(flags)
+    key = (*compiler, lang, *probe_flags, "\0", *map(str, steer.fingerprint("GCC_EXEC_PREFIX")))
     if key in _memo:
         return lambda: _memo[key]
     from ..env import toolid
 
     path = toolid.which(compiler[0]) if compiler else None
-    what = "include search list " + " ".join([f"-x{lang}", *compiler[1:]])
+    what = "include search list " + "\0".join(key)
     known = _parsed(toolid.recall(path, what, memo_dir)) if path is not None and memo_dir is not None else None
     if known is not None:
         _memo[key] = known
         return lambda: known
-    asking = _start(compiler, lang)
+    asking = _start([*compiler, *probe_flags], lang)
     lock = threading.Lock()
 
     def result() -> tuple[str, ...]:
@@ -71,11 +89,27 @@ def _parsed(text: str | None) -> tuple[str, ...] | None:
         return None
 
 
+def _system_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """The flags that may move the compiler's own folders (-nostdinc, --sysroot,
+    -stdlib=, -B, -specs=, -m32 ...), without the user's include folders."""
+    out: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in _USER_DIRS:
+            skip = True
+        elif not flag.startswith(_USER_DIRS) and not flag.startswith(("-D", "-U", "-W", "-O", "-f", "-g")):
+            out.append(flag)
+    return tuple(out)
+
+
 def _start(compiler: Sequence[str], lang: str) -> Any:
     import subprocess  # only when something is built
 
+    env = {k: v for k, v in os.environ.items() if k not in _USER_PATHS}
     try:
-        return subprocess.Popen([*compiler, f"-x{lang}", "-E", "-v", "-"], stdin=subprocess.DEVNULL,
+        return subprocess.Popen([*compiler, f"-x{lang}", "-E", "-v", "-"], stdin=subprocess.DEVNULL, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
     except OSError:
         return None
@@ -106,9 +140,14 @@ def _read(asking: Any) -> tuple[str, ...]:
 
 
 def normal(path: str, cwd: str | None = None) -> str:
+    """Absolute, without '.' parts and repeated or trailing slashes. '..'
+    stays: the kernel resolves it through the links it meets, and collapsing
+    it on the string names another file where the folder before it is a link."""
     if path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
-        return path  # already normal (what depfiles mostly hold): normpath would return it as it is
-    return os.path.normpath(os.path.join(cwd or os.getcwd(), path))
+        return path  # already normal (what depfiles mostly hold)
+    if path[:1] != "/":
+        path = f"{cwd or os.getcwd()}/{path}"
+    return "/" + "/".join(part for part in path.split("/") if part and part != ".")
 
 
 def under(path: str, roots: Iterable[str]) -> bool:

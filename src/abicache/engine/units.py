@@ -27,28 +27,38 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 from ..requirements import Requirements
-from ..store import blobs
-from ..store.manifest import Dependency
-from . import depfile, pool, roots
+from ..store import blobs, deps as depcheck
+from . import depfile, observe, pool, record, roots
 from . import tree as trees
 from .ahead import Ahead
 from .job import Job
 from .tree import File, prefix_maps
 
 if TYPE_CHECKING:
-    from ..cache import Cache
+    from ..cache import BuildResult, Cache
 
-#: runs one compiler command in a folder; raises BuildError (cc.run_compiler)
-Runner = Callable[[list[str], Path, str], None]
+#: runs one compiler command in a folder, with variables added to its
+#: environment and descriptors it inherits; raises BuildError (cc.run_compiler)
+Runner = Callable[..., None]
 
 
-def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
-    """Write job.output into out; returns the dependencies to record."""
+class _Context(NamedTuple):
+    """What every command of one build shares."""
+
+    covered: Callable[[], Sequence[str]]  # the covered roots, once the first compile has ended
+    scratch: str
+    skip: tuple[str, ...]  # folders whose files are not inputs: the scratch folder, the store
+    observer: Path | None  # observe.c, built (None: depfiles only)
+    tools: Path  # the store's tools/ (memos)
+
+
+def build(job: Job, cache: Cache, out: Path, run: Runner) -> BuildResult:
+    """Write job.output into out; returns what to record of the files read."""
     covered = _covered(job, cache.store.layout.tools)
     try:
         return _build(job, cache, out, run, covered)
@@ -56,42 +66,92 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> list[Dependency]:
         covered()  # reaps the include-list probe, should the build end before any compile did
 
 
-def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[], Sequence[str]]) -> list[Dependency]:
+def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[], Sequence[str]]) -> BuildResult:
+    tools = cache.store.layout.tools
     with _scratch() as scratch:
+        ctx = _Context(covered, scratch, (scratch, str(cache.root)), observe.library(tools), tools)
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
         if len(units) == 1 and not _is_cuda(units[0]) and job.embed is None:
-            argv = [*job.compiler, *job.link, *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
+            unit = units[0]
+            argv = [*_compiler(job, unit), *job.link, *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
                     *prefix_maps(job.tree.bases, scratch)]
-            deps = _compile(argv, units[0], paths[units[0].name], out / job.output, list(job.ldflags),
-                            job, covered, scratch, run)
+            rec = _compile(argv, unit, paths[unit.name], out / job.output, list(job.ldflags), job, ctx, run)
             _write_back(out / job.output)
-            return deps
+            return _result([rec])
         limited = pool.compilers(run)
         objects: Ahead[list[Any]] = Ahead(len(units))
 
         def unit_object(item: tuple[int, File]) -> Any:
             index, unit = item
-            return _object(job, cache, unit, paths[unit.name], covered, scratch, limited,
+            return _object(job, cache, unit, paths[unit.name], ctx, limited,
                            lambda path: objects.put(index, path), lambda: objects.missing() <= pool.max_jobs())
 
         objects.start(lambda: pool.run(unit_object, list(enumerate(units)), lambda item: item[1].name, job.what,
                                        2 * pool.max_jobs()))
+        linked = None
         try:
             inputs = objects.files()
             if inputs is not None:  # else a unit failed: result() raises its error
-                _link(job, inputs, scratch, out, run)
+                linked = _link(job, inputs, ctx, out, run)
         finally:
             built = objects.result()
-        return sorted({d for a in built for d in a.manifest.deps})
+        recs = [record.Record(list(a.manifest.deps), list(a.manifest.absent), list(a.manifest.env)) for a in built]
+        return _result([*recs, *([linked] if linked else [])])
 
 
-def _link(job: Job, inputs: list[str], scratch: str, out: Path, run: Runner) -> None:
+def _result(recs: Sequence[record.Record]) -> BuildResult:
+    """One output's record: the union of its commands' (a unit's object is not
+    cached where what its compiler read is unknown, and then neither is the output)."""
+    from ..cache import BuildResult
+
+    deps = sorted({d for r in recs for d in r.deps})
+    why = record.not_cached(deps)
+    if why:
+        _warn_not_cached(why)
+    return BuildResult(deps=deps, absent=_merged_absent(recs), env=sorted({e for r in recs for e in r.env}))
+
+
+def _merged_absent(recs: Sequence[record.Record]) -> list[Any]:
+    from ..store.manifest import Absent
+
+    names: dict[tuple[str, str], set[str]] = {}
+    for r in recs:
+        for a in r.absent:
+            names.setdefault((a.base, a.folder), set()).update(a.paths())
+    return [Absent(base, folder, "\n".join(sorted(n))) for (base, folder), n in sorted(names.items())]
+
+
+_warned: set[str] = set()
+
+
+def _warn_not_cached(why: str) -> None:
+    import warnings
+
+    from ..errors import AbicacheWarning
+
+    if why not in _warned:
+        _warned.add(why)
+        warnings.warn(f"abicache: built and loaded, but not cached (each use builds again): {why}",
+                      AbicacheWarning, stacklevel=6)
+
+
+def _link(job: Job, inputs: list[str], ctx: _Context, out: Path, run: Runner) -> record.Record:
+    """Link, watched: the libraries, archives and scripts the linker read, and
+    the ones it looked for, are inputs too."""
     if job.embed is not None:
-        inputs = [_embedded(job, inputs, Path(scratch), out, run)]
-    argv = [*job.compiler, *job.link, *_link_flags(job.cflags), *inputs, "-o", str(out / job.output), *job.ldflags]
-    run(argv, Path(os.getcwd()), job.what)
+        inputs = [_embedded(job, inputs, Path(ctx.scratch), out, run)]
+    argv = link_command(job, inputs, str(out / job.output))
+    with observe.watching(ctx.observer, ctx.scratch) as session:
+        run(argv, Path(os.getcwd()), job.what, **_watched(session))
+        observed = session.result() if session else None
     _write_back(out / job.output)
+    # a link writes no depfile: unwatched, it records nothing, as before (its inputs are flags in the key)
+    return record.of(observed, [], os.getcwd(), job.tree, ctx.covered(), ctx.skip, ctx.tools)
+
+
+def _watched(session: observe.Session | None) -> dict[str, Any]:
+    return {} if session is None else {"env": session.env, "fds": session.fds}
 
 
 def _write_back(path: Path) -> None:
@@ -122,11 +182,14 @@ def _scratch() -> Iterator[str]:
 
 
 def _covered(job: Job, tools: Path) -> Callable[[], Sequence[str]]:
-    """The covered roots, needed once the first compile ends: the compiler's
-    search list (a compiler process in a fresh store, 10 ms) is started now,
-    beside the first compiles, and read then. That probe preprocesses an
-    empty input, so it runs outside MAX_JOBS."""
-    dirs = roots.compiler_dirs_later(job.compiler, _driver_lang(job.lang), tools)
+    """The covered roots, needed once the first compile ends: the frontend's,
+    and with ABICACHE_SLOPPINESS=system_headers the compiler's own search
+    list (a compiler process in a fresh store, 10 ms), started now, beside
+    the first compiles, and read then. That probe preprocesses an empty
+    input, so it runs outside MAX_JOBS."""
+    if not roots.sloppy_system_headers():
+        return lambda: job.covered
+    dirs = roots.compiler_dirs_later(job.compiler, _driver_lang(job.lang), tools, (*job.cflags, *job.tree.flags))
     return lambda: (*job.covered, *dirs())
 
 
@@ -169,39 +232,69 @@ def _embedded(job: Job, objects: list[str], scratch: Path, out: Path, run: Runne
     return str(current)
 
 
-def _object(job: Job, cache: Cache, unit: File, path: str, covered: Callable[[], Sequence[str]], scratch: str,
-            run: Runner, ready: Callable[[str], None], last_round: Callable[[], bool]) -> Any:
+def _object(job: Job, cache: Cache, unit: File, path: str, ctx: _Context, run: Runner,
+            ready: Callable[[str], None], last_round: Callable[[], bool]) -> Any:
     """The unit's object entry; ready(file) is called with its file, in the
     last round as soon as its bytes exist, before it is published (ahead.py)."""
     from ..cache import BuildResult
 
     others = {f.name: f.code for f in job.tree.inline() if not f.compiled}  # inline headers it may read
-    if _is_cuda(unit):
-        if job.cuda is None:
-            raise BuildError(f"{job.what} has CUDA source {unit.name} but no nvcc settings")
-        head, key_flags, tool, lang = job.cuda.nvcc, job.cuda.key_flags, "cuda.nvcc", "cuda"
-        argv = [*head, "-c", *job.cuda.flags, *job.tree.flags, *_inline_include(job, scratch)]
-    else:
-        key_flags, tool, lang = job.key_cflags, job.tool, job.lang
-        argv = [*job.compiler, "-c", *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
-                *prefix_maps(job.tree.bases, scratch)]
-    inputs = Inputs.make({unit.name: unit.code, **others}, flags=["-c", *key_flags, *job.tree.key_flags],
-                         tools=[tool], extra={"lang": lang})
+    argv, key_flags, tool, lang = unit_command(job, unit, ctx.scratch)
+    inputs = Inputs.make({unit.name: unit.code, **others}, flags=["-c", *key_flags],
+                         tools=[tool], extra={"lang": lang, **dict(job.steer)})
 
     def compile_object(out: Path) -> BuildResult:
         target = out / (Path(unit.name).name + ".o")
 
         def compiled() -> None:
             if last_round():
-                ready(_hand_over(target, Path(scratch)))
+                ready(_hand_over(target, Path(ctx.scratch)))
 
-        deps = _compile(argv, unit, path, target, [], job, covered, scratch, run, compiled)
+        rec = _compile(argv, unit, path, target, [], job, ctx, run, compiled)
         _prewarm_audit(cache.facts)
-        return BuildResult(deps=deps)
+        return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env)
 
     found = objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
     ready(str(found.file()))  # a hit, or another process's build (a second call is ignored)
     return found
+
+
+def unit_command(job: Job, unit: File, scratch: str) -> tuple[list[str], tuple[str, ...], str, str]:
+    """(the command that compiles a unit to an object, before its source, -o and
+    depfile; its flags as the object's key holds them; the fact naming its
+    compiler; its language)."""
+    if _is_cuda(unit):
+        if job.cuda is None:
+            raise BuildError(f"{job.what} has CUDA source {unit.name} but no nvcc settings")
+        tree_flags, tree_keys = (job.tree.flags, job.tree.key_flags) if job.cuda.tree_flags else ((), ())
+        argv = [*job.cuda.nvcc, "-c", *job.cuda.flags, *tree_flags, *_inline_include(job, scratch)]
+        return argv, (*job.cuda.key_flags, *tree_keys), "cuda.nvcc", "cuda"
+    tool, lang = _tool(job, unit)
+    argv = [*_compiler(job, unit), "-c", *job.cflags, *job.tree.flags, *_inline_include(job, scratch),
+            *prefix_maps(job.tree.bases, scratch)]
+    return argv, (*job.key_cflags, *job.tree.key_flags), tool, lang
+
+
+def link_command(job: Job, inputs: Sequence[str], output: str) -> list[str]:
+    return [*job.compiler, *job.link, *_link_flags(job.cflags), *inputs, "-o", output, *job.ldflags]
+
+
+def command_lines(job: Job, scratch: str, output: str) -> list[list[str]]:
+    """The commands a build of job runs when it compiles every unit to an object
+    and links them (as torch's ninja file does), without running them."""
+    paths = {f.name: f.path or os.path.join(scratch, f.name) for f in job.tree.units}
+    objects = [os.path.join(scratch, Path(u.name).name + ".o") for u in job.tree.units]
+    compiles = [[*unit_command(job, u, scratch)[0], paths[u.name], "-o", o] for u, o in zip(job.tree.units, objects)]
+    return [*compiles, link_command(job, objects, output)]
+
+
+def _compiler(job: Job, unit: File) -> tuple[str, ...]:
+    return job.c_compiler if job.unit_lang(unit.name) != job.lang else job.compiler
+
+
+def _tool(job: Job, unit: File) -> tuple[str, str]:
+    """(the fact naming the unit's compiler, its language)."""
+    return ("compiler.cc", "c") if job.unit_lang(unit.name) != job.lang else (job.tool, job.lang)
 
 
 def _hand_over(target: Path, scratch: Path) -> str:
@@ -237,33 +330,47 @@ def objects_of(cache: Cache) -> Cache:
     return view
 
 
-def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job,
-             covered: Callable[[], Sequence[str]], scratch: str, run: Runner,
-             compiled: Callable[[], None] = lambda: None) -> list[Dependency]:
-    """Compile, and return what to record of the files it read; compiled() is
-    called once target holds the bytes to keep, before those files are hashed."""
+def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job, ctx: _Context,
+             run: Runner, compiled: Callable[[], None] = lambda: None) -> record.Record:
+    """Compile, watched, and return what to record of what it read; compiled()
+    is called once target holds the bytes to keep and the files read are
+    hashed. Those files are hashed first and checked after: a file written
+    since the compile started (by the filesystem's own clock) may not hold
+    the bytes compiled, and the unit compiles again."""
     cwd = os.getcwd()
     for attempt in range(2):
-        dfile = Path(scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
-        started = time.time_ns()
-        run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what)
-        read = depfile.read(dfile) if dfile.exists() else []
-        record = trees.recorded(read, cwd, job.tree, covered(), scratch)
-        # the files whose bytes the entry records (not the covered roots, which the key identifies)
-        moved = _changed_since(started, [path if unit.path else "", *record], cwd)
+        dfile = Path(ctx.scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
+        started = _filesystem_now(ctx.scratch)
+        with observe.watching(ctx.observer, ctx.scratch) as session:
+            run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what,
+                **_watched(session))
+            observed = session.result() if session else None
+        read = depfile.read(dfile) if dfile.exists() else None
+        rec = record.of(observed, read, cwd, job.tree, ctx.covered(), ctx.skip, ctx.tools)
+        files = [depcheck.resolve(d, job.tree.bases) for d in rec.deps]
+        moved = _changed_since(started, [path if unit.path else "", *(f for f in files if f)])
         if not moved and _same(unit, path):
             compiled()
-            return [trees.dependency(p, job.tree.bases) for p in record]
+            return rec
     raise BuildError(f"{moved or path} changed while {job.what} was compiling, twice; "
                      "build again once your edits are saved")
 
 
-def _changed_since(started: int, files: Sequence[str], cwd: str) -> str | None:
+def _filesystem_now(scratch: str) -> int:
+    """Now, as the filesystems stamp files (a coarse clock, up to a tick behind
+    time.time_ns()): a file written later has this stamp or a later one."""
+    marker = os.path.join(scratch, f"clock-{os.getpid()}-{threading.get_ident()}")
+    with open(marker, "wb"):
+        pass
+    return os.stat(marker).st_mtime_ns
+
+
+def _changed_since(started: int, files: Sequence[str]) -> str | None:
     for item in files:
         if not item:
             continue
         try:
-            st = os.stat(roots.normal(item, cwd))
+            st = os.stat(item)
         except OSError:
             continue  # a file the compiler read and someone removed: the next lookup misses
         if max(st.st_mtime_ns, st.st_ctime_ns) >= started:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -34,6 +35,10 @@ def _hip() -> Mapping[str, str | None]:
 
     return amd_probe.hip_runtime()
 
+#: facts that name the tool a variable chooses: probed again when it changes in
+#: this process ($CXX set between two builds), never served from another value's answer
+_BOUND = {"compiler.cc": "CC", "compiler.cxx": "CXX"}
+
 #: every fact name with a probe, in a stable order.
 FACT_NAMES: tuple[str, ...] = tuple(_GROUPS)
 
@@ -54,6 +59,7 @@ class Facts:
     ) -> None:
         self._values: dict[str, str | None] = dict(values or {})
         self._fixed = frozenset(self._values)
+        self._bound: dict[tuple[str, str | None], str | None] = {}
         self._probe = probe
         self.memo_dir = memo_dir
 
@@ -68,6 +74,9 @@ class Facts:
         return merged
 
     def get(self, name: str) -> str | None:
+        variable = _BOUND.get(name)
+        if variable is not None and self._probe and name not in self._fixed:
+            return self._bound_fact(name, variable)
         try:
             return self._values[name]
         except KeyError:
@@ -81,6 +90,15 @@ class Facts:
 
     def __getitem__(self, name: str) -> str | None:
         return self.get(name)
+
+    def _bound_fact(self, name: str, variable: str) -> str | None:
+        chosen = (name, os.environ.get(variable))
+        try:
+            value = self._bound[chosen]
+        except KeyError:
+            value = self._bound[chosen] = _GROUPS[name](self)[name]
+        self._values[name] = value  # for snapshot()
+        return value
 
     def snapshot(self) -> dict[str, str | None]:
         """Every fact known so far (probed or fixed), for a manifest."""

@@ -142,9 +142,10 @@ def _symbol_version_floors(path: Path) -> str:
 
 
 def compiler(variable: str, default: str, memo_dir: Path | None) -> str | None:
-    """Identity of $CC / $CXX (or cc / c++): version and target, never the path."""
-    command = os.environ.get(variable) or default
-    path = toolid.which(command.split()[0])
+    """Identity of $CC / $CXX (or cc / c++): version and target, never the path.
+    Behind a wrapper ($CXX="ccache g++"), the compiler it runs."""
+    words = toolid.command(variable, default)
+    path = toolid.which(words[toolid.compiler_at(words)])
     if path is None:
         return None
     return toolid.memoized(path, "compiler -v", _compiler_identity, memo_dir)

@@ -10,9 +10,36 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 _memo: dict[tuple[str, str], tuple[tuple[Any, ...], str]] = {}
+
+
+#: programs that run the compiler named after them, and do not change its output
+WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache", "colorgcc"})
+
+
+def command(variable: str, default: str) -> tuple[str, ...]:
+    """$CC or $CXX as words (as make and the shell split them), or the default."""
+    import shlex
+
+    text = os.environ.get(variable, "").strip()
+    try:
+        words = tuple(shlex.split(text)) if text else ()
+    except ValueError:  # an unbalanced quote: as the words the shell would refuse, keep them whole
+        words = tuple(text.split())
+    return words or (default,)
+
+
+def compiler_at(words: Sequence[str]) -> int:
+    """The index of the compiler in a command: past any wrappers (and a
+    wrapper's own options), the word that names the compiler."""
+    i = 0
+    while i < len(words) - 1 and os.path.basename(words[i]) in WRAPPERS:
+        i += 1
+        while i < len(words) - 1 and words[i].startswith("-"):
+            i += 1
+    return i
 
 
 def which(command: str) -> Path | None:

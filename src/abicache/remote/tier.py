@@ -132,7 +132,7 @@ class Tier:
         if (manifest.kind, manifest.key, manifest.variant) != (kind, key, variant):
             raise RefusedError(f"remote manifest {where} describes {manifest.kind}/{manifest.key[:16]}/"
                                f"{manifest.variant}, not the entry it is filed under")
-        if mf.variant_id(manifest.requirements, manifest.deps) != variant:
+        if mf.variant_of(manifest) != variant:
             raise RefusedError(f"remote manifest {where}: its requirements do not give its variant id "
                                "(the requirements were altered)")
         if self.settings.trusted:

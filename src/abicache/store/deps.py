@@ -29,7 +29,7 @@ from array import array
 from typing import Mapping, Sequence
 
 from . import blobs, stamps
-from .manifest import Dependency
+from .manifest import UNSET, Absent, Dependency
 from .watch import Watch
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
@@ -69,12 +69,59 @@ def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recor
     return sha
 
 
+def env_digest(name: str) -> str:
+    value = os.environ.get(name)
+    return UNSET if value is None else hashlib.sha256(os.fsencode(value)).hexdigest()
+
+
+def env_changed(env: Sequence[tuple[str, str]]) -> Dependency | None:
+    for name, digest in env:
+        if env_digest(name) != digest:
+            return Dependency("env", name, digest)
+    return None
+
+
+def absent_changed(absent: Sequence[Absent], bases: Mapping[str, str],
+                   current: dict[str, Witness], seen: int) -> Dependency | None:
+    """The first missing path that is there now (as a Dependency with sha256
+    "absent"), or None; the folders' settled witnesses go into current."""
+    for group in absent:
+        folder = resolve(Dependency(group.base, group.folder, ""), bases)
+        if folder is None:
+            return Dependency(group.base, group.folder, "absent")
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return Dependency(group.base, group.folder, "absent")  # moved away: look again by building
+        for name in group.paths():
+            if _exists(os.path.join(folder, name)):
+                return Dependency(group.base, f"{group.folder}/{name}", "absent")
+        w = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if _settled(w, seen) and os.stat(folder).st_ctime_ns == st.st_ctime_ns:
+            current[folder] = w
+    return None
+
+
+def _exists(path: str) -> bool:
+    """As the compiler's open() would find it: through links (a dangling one is missing)."""
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
+
+
 def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
-                  remembered: Mapping[str, Sequence[int]] = {}) -> tuple[Dependency | None, dict[str, Witness]]:
-    """(the first dependency whose file changed or is gone, or None; the
-    settled witnesses of the files found current, to remember)."""
+                  remembered: Mapping[str, Sequence[int]] = {}, absent: Sequence[Absent] = (),
+                  env: Sequence[tuple[str, str]] = ()) -> tuple[Dependency | None, dict[str, Witness]]:
+    """(the first dependency whose file changed or is gone, a missing path
+    that appeared or a variable whose value changed, or None; the settled
+    witnesses of the files and folders found current, to remember)."""
     current: dict[str, Witness] = {}
     seen = time.time_ns()  # before any stat: witnesses are judged against it
+    changed = env_changed(env) or absent_changed(absent, bases, current, seen)
+    if changed is not None:
+        return changed, current
     roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}  # resolve(), without a join per file
     for dep in deps:
         root = roots.get(dep.base)
@@ -96,14 +143,20 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
 
 
 def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
-            current: Mapping[str, Witness] | None = None) -> str | None:
-    """A digest of the bases and of every dependency's witness, from fresh
-    stats or from `current` (first_changed's settled witnesses); None where a
-    file is missing or, from `current`, was not settled."""
-    flat = _stat_all(deps, bases) if current is None else _from_current(deps, bases, current)
+            current: Mapping[str, Witness] | None = None, absent: Sequence[Absent] = (),
+            env: Sequence[tuple[str, str]] = ()) -> str | None:
+    """A digest of the bases, of every dependency's witness and every missing
+    path's folder's, and of the variables read, from fresh stats or from
+    `current` (first_changed's settled witnesses); None where a file is
+    missing or, from `current`, was not settled."""
+    folders = [Dependency(a.base, a.folder, "") for a in absent]
+    flat = _stat_all([*deps, *folders], bases) if current is None \
+        else _from_current([*deps, *folders], bases, current)
     if flat is None:
         return None
     digest = hashlib.blake2b(repr(sorted(bases.items())).encode(), digest_size=16)
+    if env:
+        digest.update("\0".join(env_digest(name) for name, _ in env).encode())
     try:
         digest.update(array("q", flat).tobytes())
     except OverflowError:  # an inode number above 2**63
@@ -165,29 +218,33 @@ class Current:
     and arms a Watch; later calls ask the Watch, and check again only when it
     saw something (a touch is not a change: still current)."""
 
-    __slots__ = ("deps", "bases", "watch")
+    __slots__ = ("deps", "bases", "watch", "absent", "env")
 
-    def __init__(self, deps: Sequence[Dependency], bases: Mapping[str, str]) -> None:
-        self.deps, self.bases = deps, bases
+    def __init__(self, deps: Sequence[Dependency], bases: Mapping[str, str], absent: Sequence[Absent] = (),
+                 env: Sequence[tuple[str, str]] = ()) -> None:
+        self.deps, self.bases, self.absent, self.env = deps, bases, absent, env
         self.watch: Watch | None = None
 
     def __call__(self) -> bool:
-        if self.watch is not None and self.watch.unchanged():
+        if self.watch is not None and self.watch.unchanged() and (not self.env or env_changed(self.env) is None):
             return True
-        changed, _, self.watch = watched(self.deps, self.bases)
+        changed, _, self.watch = watched(self.deps, self.bases, absent=self.absent, env=self.env)
         return changed is None
 
 
 def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
-            remembered: Mapping[str, Sequence[int]] = {}) -> tuple[Dependency | None, dict[str, Witness], Watch | None]:
+            remembered: Mapping[str, Sequence[int]] = {}, absent: Sequence[Absent] = (),
+            env: Sequence[tuple[str, str]] = ()) -> tuple[Dependency | None, dict[str, Witness], Watch | None]:
     """first_changed, and when all are current a Watch that says cheaply
-    whether they still are (armed before the check: nothing slips between)."""
+    whether they still are (armed before the check: nothing slips between).
+    The folders of missing paths are watched too: a file created there moves them."""
     paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
-    watch = Watch(paths)
-    changed, current = first_changed(deps, bases, remembered)
+    folders = [p for p in (resolve(Dependency(a.base, a.folder, ""), bases) for a in absent) if p is not None]
+    watch = Watch(paths, folders)
+    changed, current = first_changed(deps, bases, remembered, absent, env)
     if changed is not None:
         return changed, current, None
-    if len(current) == len(paths):  # every witness settled: the stat fallback is sound too
+    if len(current) == len(paths) + len(folders):  # every witness settled: the stat fallback is sound too
         watch.settle(list(current.items()))
     return None, current, watch
 

@@ -121,7 +121,7 @@ class Store:
                 f"manifest in {vdir} describes {manifest.kind}/{manifest.key[:16]}/"
                 f"{manifest.variant}, not this entry"
             )
-        if mf.variant_id(manifest.requirements, manifest.deps) != manifest.variant:
+        if mf.variant_of(manifest) != manifest.variant:
             raise ManifestError(f"manifest in {vdir}: its requirements do not give its variant id (edited)")
         return manifest
 
@@ -191,12 +191,14 @@ class Store:
         current); witnesses of current ones are remembered in its stamp for
         the next process."""
         stamp = stamps.read(vdir, self.trust.ok)
-        if stamp.deps_ok and deps.summary(manifest.deps, bases) in stamp.deps_ok:
+        absent, env = manifest.absent, manifest.env
+        if stamp.deps_ok and deps.summary(manifest.deps, bases, None, absent, env) in stamp.deps_ok:
             return None  # the common hit: no file was touched since all were found current
         remembered = stamps.read_deps(vdir, self.trust.ok)
-        changed, current = deps.first_changed(manifest.deps, bases, remembered)
+        changed, current = deps.first_changed(manifest.deps, bases, remembered, absent, env)
         if changed is None and current:
-            stamps.remember_deps(vdir, stamp, remembered, current, deps.summary(manifest.deps, bases, current))
+            stamps.remember_deps(vdir, stamp, remembered, current,
+                                 deps.summary(manifest.deps, bases, current, absent, env))
         return changed
 
     def _file_problem(self, record: FileRecord, st: os.stat_result) -> str | None:

@@ -50,6 +50,25 @@ class Dependency(NamedTuple):
     sha256: str
 
 
+class Absent(NamedTuple):
+    """Paths the tools looked for and did not find (a header that would have
+    shadowed the one used, a __has_include probe, a library tried): each must
+    still be missing for the entry to hold. They are grouped under the nearest
+    folder that existed, whose change time any creation, removal or rename in
+    it moves, so a lookup stats one folder for all of them."""
+
+    base: str  # as Dependency.base
+    folder: str  # the folder that existed, as Dependency.path
+    names: str  # the missing paths below it, '\n'-separated (one string: cheap to parse)
+
+    def paths(self) -> list[str]:
+        return self.names.split("\n")
+
+
+#: an environment variable that was not set
+UNSET = "unset"
+
+
 class Manifest(NamedTuple):
     key: str
     variant: str
@@ -68,6 +87,13 @@ class Manifest(NamedTuple):
     build_seconds: float = 0.0
     signature: str | None = None
     deps: tuple[Dependency, ...] = ()
+    absent: tuple[Absent, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # (variable the tools read, sha256 of its value or UNSET)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the entry holds only while what its build read is unchanged."""
+        return bool(self.deps or self.absent or self.env)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +117,8 @@ class Manifest(NamedTuple):
             "build_seconds": self.build_seconds,
             "signature": self.signature,
             **({"deps": [list(d) for d in self.deps]} if self.deps else {}),
+            **({"absent": [list(a) for a in self.absent]} if self.absent else {}),
+            **({"env": dict(self.env)} if self.env else {}),
         }
 
     def dumps(self) -> bytes:
@@ -109,13 +137,22 @@ def preference(manifest: Manifest) -> tuple[int, float]:
     return len(manifest.requirements), manifest.created
 
 
-def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = ()) -> str:
+def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), absent: tuple[Absent, ...] = (),
+               env: tuple[tuple[str, str], ...] = ()) -> str:
     """One variant per distinct requirement set and, where the compiler read
-    files the key does not cover, per distinct set of their contents."""
-    if not deps:
+    files the key does not cover, per distinct set of their contents (and of
+    the paths it found missing, and the variables it read)."""
+    if not deps and not absent and not env:
         return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
     listed = "\n".join(f"{d.base}\0{d.path}\0{d.sha256}" for d in sorted(deps))
+    if absent or env:
+        listed += "\0absent\0" + "\n".join("\0".join(a) for a in sorted(absent))
+        listed += "\0env\0" + "\n".join(f"{n}\0{v}" for n, v in sorted(env))
     return hashlib.sha256(f"variant-v2\0{requirements}\0{listed}".encode()).hexdigest()[:16]
+
+
+def variant_of(manifest: Manifest) -> str:
+    return variant_id(manifest.requirements, manifest.deps, manifest.absent, manifest.env)
 
 
 def safe_relpath(path: Any) -> str:
@@ -213,9 +250,10 @@ _DEP_CHARS = re.compile(r"[^\\\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}")
 
 def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
     """[[base, path, sha256], ...]: a relative path inside a named base, or an
-    absolute one under base "abs"; printable, no backslash, no '.' or '..'
-    parts. A manifest from the local store (owner-checked, and validated in
-    full when it came from a remote) gets the structural check only: a
+    absolute one under base "abs"; printable, no backslash, no empty or '.'
+    parts ('..' stays as the compiler spelled it). A manifest from the local
+    store (owner-checked, and validated in full when it came from a remote)
+    gets the structural check only: a
     dependency is only ever stat'ed and hashed, never written or loaded, and
     real projects list hundreds on every lookup."""
     value = doc.get("deps", [])
@@ -225,10 +263,44 @@ def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
     for item in value:
         if not check(item):
             raise ManifestError(f"dependency {item!r} is not [base, relative path, sha256] (or [\"abs\", "
-                                "absolute path, sha256]) of printable characters without '.' or '..' parts")
+                                "absolute path, sha256]) of printable characters without empty or '.' parts")
     if all(a < b for a, b in zip(value, value[1:])):  # as written: sorted, no repeats (a lookup's ~50 us)
         return tuple(map(Dependency._make, value))
     return tuple(sorted(set(map(Dependency._make, value))))
+
+
+def _absent(doc: Mapping[str, Any], local: bool) -> tuple[Absent, ...]:
+    """[[base, folder, "name\\nname..."], ...], checked as dependencies are
+    (each missing path is only ever stat'ed)."""
+    value = doc.get("absent", [])
+    if not isinstance(value, list) or len(value) > MAX_FILES:
+        raise ManifestError(f"field 'absent' must be a list of at most {MAX_FILES} folders")
+    for item in value:
+        shaped = _shaped_dep(item) and item[2] and "\0" not in item[2]
+        if not shaped or not (local or _good_folder(item[0], item[1])):
+            raise ManifestError(f"absent {item!r} is not [base, folder, missing names separated by newlines]")
+    return tuple(sorted(map(Absent._make, value)))
+
+
+def _good_folder(base: str, folder: str) -> bool:
+    """A folder as a dependency names a file, or a base's own root ('.'), or '/'."""
+    if folder in (".", "/"):
+        return bool(_DEP_BASE.fullmatch(base)) and (folder == "/") == (base == "abs")
+    return _good_dep([base, folder, "0" * 64])
+
+
+_ENV_NAME = re.compile(r"[^=\x00]{1,256}")
+
+
+def _env(doc: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """{variable: sha256 of its value, or "unset"} of the variables the tools read."""
+    value = doc.get("env", {})
+    if not isinstance(value, dict) or len(value) > 4096:
+        raise ManifestError("field 'env' must be an object of at most 4096 variables")
+    for name, digest in value.items():
+        if not _ENV_NAME.fullmatch(name) or not (digest == UNSET or (isinstance(digest, str) and _SHA.match(digest))):
+            raise ManifestError(f"env {name!r}: {digest!r} is not a sha256 or {UNSET!r}")
+    return tuple(sorted(value.items()))
 
 
 def _shaped_dep(item: Any) -> bool:
@@ -243,8 +315,9 @@ def _good_dep(item: Any) -> bool:
         return False
     if path.startswith("/") != (base == "abs") or path == "/":
         return False
+    # '..' may stand: the compiler's path, resolved by the kernel through the links it meets
     wrapped = f"/{path.strip('/')}/"
-    return not (path.endswith("/") or "//" in path or "/./" in wrapped or "/../" in wrapped)
+    return not (path.endswith("/") or "//" in path or "/./" in wrapped)
 
 
 def _no_file_below_file(records: list[FileRecord]) -> None:
@@ -293,4 +366,6 @@ def parse(data: bytes, *, local: bool = False) -> Manifest:
         build_seconds=_number(doc, "build_seconds"),
         signature=signature,
         deps=_deps(doc, local),
+        absent=_absent(doc, local),
+        env=_env(doc),
     )

@@ -43,18 +43,23 @@ class _Events:
         self._mask = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.MOVED_FROM | flags.MOVED_TO
                       | flags.CREATE | flags.DELETE | flags.DELETE_SELF | flags.MOVE_SELF)
         self._overflow, self._ignored = flags.Q_OVERFLOW, flags.IGNORED
-        self.folders: dict[str, int] = {}  # folder -> watch descriptor
+        self.folders: dict[tuple[str, int, int], int] = {}  # (folder, device, inode) -> watch descriptor
         self.generation: dict[int, int] = {}  # watch descriptor -> events seen
         self.lock = threading.Lock()
 
     def arm(self, folder: str) -> int | None:
-        wd = self.folders.get(folder)
+        try:  # by what the name reaches now: a link retargeted since names another folder
+            st = os.stat(folder)
+        except OSError:
+            return None
+        reached = (folder, st.st_dev, st.st_ino)
+        wd = self.folders.get(reached)
         if wd is None:
             try:
                 wd = self._inotify.add_watch(folder, self._mask)
             except OSError:
                 return None  # out of watches, or no such folder: stat instead
-            self.folders[folder] = wd
+            self.folders[reached] = wd
             self.generation.setdefault(wd, 0)
         return wd
 
@@ -85,21 +90,48 @@ def _shared() -> _Events | None:
     return _events
 
 
+#: folder -> the folders holding the symbolic links met on the way to it
+_holders: dict[str, tuple[str, ...]] = {}
+
+
+def _link_holders(folder: str) -> tuple[str, ...]:
+    """The folders that hold a symbolic link among folder's parts (one lstat a
+    part, remembered: a Watch is armed once per entry and process)."""
+    known = _holders.get(folder)
+    if known is None:
+        found, prefix = [], ""
+        for part in folder.strip("/").split("/"):
+            parent, prefix = prefix or "/", f"{prefix}/{part}"
+            try:
+                if os.path.islink(prefix):
+                    found.append(parent)
+            except OSError:
+                break
+        known = _holders[folder] = tuple(found)
+    return known
+
+
 class Watch:
     """Whether a set of files is unchanged since the Watch was made (see module)."""
 
     __slots__ = ("marks", "files")
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], folders: Sequence[str] = ()) -> None:
+        """Watch the folders that hold paths, and folders themselves (for
+        entries created or removed in them); and, where a folder is reached
+        through a symbolic link, the folder that holds the link (a link
+        retargeted to another folder is an event there, not in the old one)."""
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
         self.marks: list[tuple[int, int]] | None = None
         events = _shared()
         if events is None:
             return
+        watched = {os.path.dirname(p) for p in paths} | set(folders)
+        watched |= {holder for folder in watched for holder in _link_holders(folder)}
         with events.lock:
             events.drain()
             marks = []
-            for folder in sorted({os.path.dirname(p) for p in paths}):
+            for folder in sorted(watched):
                 wd = events.arm(folder)
                 if wd is None:
                     return

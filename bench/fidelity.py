@@ -1,0 +1,188 @@
+"""Fidelity: after each change a fresh build would see, is the cached answer
+still the fresh build's? abicache side by side with ccache (direct mode, its
+default), on the cases of the fidelity issue.
+
+Each case builds a small shared library from a project folder, changes one
+input that steers the build (a word of $CXX, a variable, a header in a
+system folder, a header that shadows or appears, a response file, .incbin
+data, a link input), builds again, and loads the result in a fresh process.
+STALE: the answer is the old build's. ccache caches compiles only (each
+source with `ccache $CXX -c`, then a plain link): the link inputs are not its
+to get wrong ("n/a").
+
+    python bench/fidelity.py      # exits 1 if abicache serves a stale build in any case
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from common import base_env
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+ABICACHE = textwrap.dedent("""
+    import ctypes, json, sys
+    from pathlib import Path
+    from abicache import cc
+    spec = json.loads(sys.argv[1])
+    art = cc.build_library("x", [Path(s) for s in spec["sources"]], cflags=spec["cflags"], ldflags=spec["ldflags"])
+    print(json.dumps({"value": ctypes.CDLL(str(art.file())).f(), "origin": art.origin}))
+""")
+LOAD = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).f())"
+
+
+class Case(NamedTuple):
+    name: str
+    files: dict[str, str]  # the project, before
+    cflags: list[str]
+    ldflags: list[str]
+    env: dict[str, str]  # before
+    change: Callable[[Path], dict[str, str]]  # edits the project; the environment after
+    fresh: int  # what a fresh build answers after the change
+    links_only: bool = False  # only the link reads the changed input (ccache: n/a)
+
+
+def _h(value: int) -> str:
+    return f"#pragma once\n#define VALUE {value}\n"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+UNIT = '#include "v.h"\nextern "C" int f() { return VALUE; }\n'
+SYS_UNIT = '#include <v.h>\nextern "C" int f() { return VALUE; }\n'
+HAS = ('#if __has_include("opt.h")\n#include "opt.h"\n#else\n#define VALUE 1\n#endif\n'
+       'extern "C" int f() { return VALUE; }\n')
+
+
+def cases(work: Path) -> list[Case]:
+    lib1, lib2 = work / "lib1", work / "lib2"
+    return [
+        Case("$CXX words (-D_GLIBCXX_USE_CXX11_ABI=0, then plain)",
+             {"x.cpp": '#include <string>\nextern "C" int f() { return _GLIBCXX_USE_CXX11_ABI; }\n'}, [], [],
+             {"CXX": "c++ -D_GLIBCXX_USE_CXX11_ABI=0"}, lambda p: {"CXX": "c++"}, 1),
+        Case("CPATH: a header edited there", {"x.cpp": UNIT, "cp/v.h": _h(1)}, [], [], {"CPATH": "cp"},
+             lambda p: (_write(p / "cp" / "v.h", _h(2)), {"CPATH": "cp"})[1], 2),
+        Case("CPATH: another folder", {"x.cpp": UNIT, "cp/v.h": _h(1), "cp2/v.h": _h(2)}, [], [], {"CPATH": "cp"},
+             lambda p: {"CPATH": "cp2"}, 2),
+        Case("system header (-isystem) upgraded", {"x.cpp": SYS_UNIT, "sys/v.h": _h(1)}, ["-isystem", "sys"], [], {},
+             lambda p: (_write(p / "sys" / "v.h", _h(2)), {})[1], 2),
+        Case("header created in an earlier -I folder", {"x.cpp": UNIT, "b/v.h": _h(1), "a/.keep": ""},
+             ["-Ia", "-Ib"], [], {}, lambda p: (_write(p / "a" / "v.h", _h(2)), {})[1], 2),
+        Case("header created beside the source", {"src/x.cpp": UNIT, "inc/v.h": _h(1)}, ["-Iinc"], [], {},
+             lambda p: (_write(p / "src" / "v.h", _h(2)), {})[1], 2),
+        Case("__has_include target created", {"x.cpp": HAS, "inc/.keep": ""}, ["-Iinc"], [], {},
+             lambda p: (_write(p / "inc" / "opt.h", _h(2)), {})[1], 2),
+        Case("response file (@opts) edited", {"x.cpp": 'extern "C" int f() { return EXTRA; }\n',
+                                              "opts.rsp": "-DEXTRA=1\n"}, ["@opts.rsp"], [], {},
+             lambda p: (_write(p / "opts.rsp", "-DEXTRA=2\n"), {})[1], 2),
+        Case(".incbin data edited", {"x.cpp": 'asm(".section .rodata\\n.global blob\\nblob: .incbin \\"data.bin\\""'
+                                              '"\\n.text");\nextern "C" const unsigned char blob[];\n'
+                                              'extern "C" int f() { return blob[0]; }\n', "data.bin": "\x01"},
+             [], [], {}, lambda p: ((p / "data.bin").write_bytes(b"\x02"), {})[1], 2),
+        Case("SOURCE_DATE_EPOCH (__DATE__'s year)", {"x.cpp": 'extern "C" int f() { return __DATE__[10] - \'0\'; }\n'},
+             [], [], {"SOURCE_DATE_EPOCH": "1000000000"}, lambda p: {"SOURCE_DATE_EPOCH": "1234567890"}, 9),
+        Case("LIBRARY_PATH: another archive", {"x.cpp": 'extern "C" int value();\nextern "C" int f() { return value(); }\n'},
+             [], ["-lvalue"], {"LIBRARY_PATH": str(lib1)}, lambda p: {"LIBRARY_PATH": str(lib2)}, 2, links_only=True),
+    ]
+
+
+def _archives(work: Path) -> None:
+    for value in (1, 2):
+        folder = work / f"lib{value}"
+        folder.mkdir(exist_ok=True)
+        subprocess.run(["cc", "-fPIC", "-c", "-x", "c", "-", "-o", str(folder / "v.o")], check=True,
+                       input=f"int value(void) {{ return {value}; }}\n", text=True)
+        subprocess.run(["ar", "rcs", str(folder / "libvalue.a"), str(folder / "v.o")], check=True)
+
+
+def _project(root: Path, case: Case) -> list[str]:
+    for name, text in case.files.items():
+        _write(root / name, text)
+    return [n for n in case.files if n.endswith(".cpp")]
+
+
+def _abicache(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
+    full = {**base_env(), "ABICACHE_DIR": str(store), "ABICACHE_PROGRESS": "0", **env}
+    spec = json.dumps({"sources": sources, "cflags": case.cflags, "ldflags": case.ldflags})
+    out = subprocess.run([sys.executable, "-c", ABICACHE, spec], cwd=proj, env=full, capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["value"])
+
+
+def _ccache(proj: Path, ccache_dir: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
+    full = {**base_env(), "CCACHE_DIR": str(ccache_dir), **env}
+    cxx = full.get("CXX", "c++").split()
+    objects = []
+    for i, src in enumerate(sources):
+        obj = proj / f"obj{i}.o"
+        subprocess.run(["ccache", *cxx, "-fPIC", "-O2", *case.cflags, "-c", src, "-o", str(obj)], cwd=proj, env=full,
+                       check=True, capture_output=True)
+        objects.append(str(obj))
+    lib = proj / "libx.so"
+    subprocess.run(["c++", "-shared", *objects, "-o", str(lib), *case.ldflags], cwd=proj, env=full, check=True,
+                   capture_output=True)
+    out = subprocess.run([sys.executable, "-c", LOAD, str(lib)], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def run_case(work: Path, case: Case) -> dict[str, str]:
+    row = {}
+    for tool in ("abicache", "ccache"):
+        if tool == "ccache" and (case.links_only or not shutil.which("ccache")):
+            row[tool] = "n/a"
+            continue
+        proj = work / f"{tool}-{abs(hash(case.name))}"
+        sources = _project(proj, case)
+        build = _abicache if tool == "abicache" else _ccache
+        cache_dir = work / f"{tool}-store-{abs(hash(case.name))}"
+        build(proj, cache_dir, sources, case, case.env)
+        time.sleep(0.05)
+        after_env = case.change(proj)
+        got = build(proj, cache_dir, sources, case, after_env)
+        row[tool] = "ok" if got == case.fresh else "STALE"
+    return row
+
+
+def main() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    work = Path(tempfile.mkdtemp(prefix="abicache-bench-fidelity-"))
+    try:
+        _archives(work)
+        rows = {case.name: run_case(work, case) for case in cases(work)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table = Table(title="Fidelity: the answer after a change a fresh build sees (fresh processes)")
+    for column in ("case", "abicache", "ccache (direct mode) + plain link"):
+        table.add_column(column)
+    for name, row in rows.items():
+        table.add_row(name, row["abicache"], row["ccache"])
+    stale = {tool: sum(r[tool] == "STALE" for r in rows.values()) for tool in ("abicache", "ccache")}
+    table.add_row("stale builds served", str(stale["abicache"]), str(stale["ccache"]))
+    Console(width=140).print(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fidelity.json").write_text(json.dumps({"cases": rows, "stale": stale,
+                                                       "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+    return 1 if stale["abicache"] else 0
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    raise SystemExit(main())

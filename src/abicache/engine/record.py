@@ -1,0 +1,137 @@
+"""What a compile's entry records of the files it read, the paths it looked
+for and did not find, and the variables it read — from the observer's
+records (observe.py) and the compiler's dependency file together.
+
+- Files read: every regular file opened for reading, whichever tool opened it
+  (headers, system ones included; specs and response files; `.incbin` data;
+  archives, libraries and linker scripts on the link line), and the programs
+  that ran (an `as` or `ld` upgraded apart from the compiler), each by its
+  bytes. Not recorded: the entry's own sources (in the key), the scratch
+  folder and the store, /proc /sys /dev, and the covered roots (folders whose
+  identity the key holds: the torch install, the CUDA toolkit, Python's
+  headers; and the compiler's own folders with ABICACHE_SLOPPINESS=system_headers).
+- Paths looked for and not found, outside the same places: grouped under the
+  nearest folder that existed (manifest.Absent).
+- Variables read, but those known to change nothing (steer.HARMLESS).
+
+Without the observer the dependency file alone gives the files read (the
+preprocessor's); with neither, nothing is known of what the compiler read,
+and the entry is recorded so that no later lookup takes it (NOT_CACHED).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Sequence
+
+from ..store.deps import env_digest
+from ..store.manifest import Absent, Dependency
+from . import roots, steer
+from . import tree as trees
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .observe import Observed
+
+#: never inputs: the kernel's views, not files
+_PSEUDO = ("/proc", "/sys", "/dev")
+#: a dependency on this base never holds: the entry is published, loaded, and never found again
+NOT_CACHED = "uncached"
+
+
+class Record(NamedTuple):
+    deps: list[Dependency]
+    absent: list[Absent]
+    env: list[tuple[str, str]]
+    not_cached: str = ""  # why no later lookup may take the entry ("" when it may)
+
+
+def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree: trees.Tree,
+       covered: Sequence[str], skip: Sequence[str], memo_dir: Path | None) -> Record:
+    """The record of one compile. skip: folders that hold nothing the next
+    build would read again (the scratch folder, the store)."""
+    own = {f.path for f in tree.files if f.path}
+    outside = roots.Within([*covered, *skip, *_PSEUDO])
+    seen = observed is not None and observed.complete
+    if not seen and depfile is None:
+        return Record([_never(f"{tree.files[0].name}: the compiler wrote no dependency file and could not be "
+                              "watched, so what it read is unknown")], [], [])
+    read = [roots.normal(p, cwd) for p in depfile or ()]
+    if seen:
+        assert observed is not None
+        read += [p for p in observed.read if _regular(p)]
+    files = sorted({p for p in read if p not in own and not outside(p)})
+    deps = [trees.dependency(p, tree.bases) for p in files]
+    if not seen:
+        return Record(deps, [], [])
+    assert observed is not None
+    deps += [_program(p, tree.bases, memo_dir) for p in sorted(observed.programs) if not outside(p)]
+    missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read)
+    absent, odd = _grouped(missing, tree.bases)
+    env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
+    if odd:
+        return Record(deps, absent, env, _never(f"a tool looked for {odd!r}, a path with a line break, "
+                                                "which abicache cannot record"))
+    return Record(deps, absent, env)
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # read, then removed (a temporary file of the tool's)
+
+
+def _program(path: str, bases: Mapping[str, str], memo_dir: Path | None) -> Dependency:
+    """A program that ran, by its bytes: hashed once per version of it (a
+    compiler proper is tens of MB), remembered by its stat under the store's tools/."""
+    from pathlib import Path as P
+
+    from ..env import toolid
+    from ..store import blobs
+
+    sha = toolid.memoized(P(path), "sha256", lambda p: blobs.hash_file(p)[0], memo_dir)
+    base, rel = trees.locate(path, bases)
+    return Dependency(base, rel, sha) if sha else trees.dependency(path, bases)
+
+
+def _grouped(missing: Iterable[str], bases: Mapping[str, str]) -> tuple[list[Absent], str]:
+    """Missing paths under the nearest folder that exists; and the first path that cannot be recorded."""
+    groups: dict[str, list[str]] = {}
+    existing: dict[str, bool] = {}
+    for path in missing:
+        if "\n" in path:
+            return [], path
+        folder = os.path.dirname(path)
+        while folder not in ("/", "") and not _is_dir(folder, existing):
+            folder = os.path.dirname(folder)
+        groups.setdefault(folder or "/", []).append(path[len(folder.rstrip("/")) + 1:])
+    out = []
+    for folder, names in sorted(groups.items()):
+        base, rel = trees.locate(folder, bases) if folder != "/" else ("abs", "/")
+        out.append(Absent(base, rel, "\n".join(sorted(names))))
+    return out, ""
+
+
+def _is_dir(folder: str, known: dict[str, bool]) -> bool:
+    found = known.get(folder)
+    if found is None:
+        found = known[folder] = os.path.isdir(folder)
+    return found
+
+
+def _never(why: str) -> Dependency:
+    """A dependency that holds nowhere, so the entry is never a hit; unique, so
+    each such build is its own variant (never another build's files)."""
+    return Dependency(NOT_CACHED, f"{why} [{uuid.uuid4().hex}]", "0" * 64)
+
+
+def not_cached(deps: Iterable[Dependency]) -> str:
+    """Why an entry with these dependencies is not cached ("" if it is)."""
+    for dep in deps:
+        if dep.base == NOT_CACHED:
+            return dep.path.rsplit(" [", 1)[0]
+    return ""

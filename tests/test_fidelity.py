@@ -1,0 +1,473 @@
+"""A hit is what a fresh build here would make: everything that steers a build
+is an input (the compiler command's words, the compiler's environment, system
+headers, headers looked for and not found, files the driver, assembler and
+linker read, symbolic links on the way) — in a new process and in the same one.
+
+Each test builds with the real compiler, changes one thing a fresh build would
+see, and asks again: the answer must be the fresh build's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.errors import AbicacheWarning
+from conftest import SRC, need
+
+#: builds and calls f() in a fresh process; prints {"value", "origin"}
+CHILD = textwrap.dedent("""
+    import ctypes, json, sys, warnings
+    from pathlib import Path
+    from abicache import Cache, cc
+    spec = json.loads(sys.argv[1])
+    sources = [Path(s) if spec.get("paths") else s for s in spec["sources"]]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lang = {"lang": spec["lang"]} if spec.get("lang") else {}
+        art = cc.build_library(spec["name"], sources, cflags=spec.get("cflags", []), ldflags=spec.get("ldflags", []),
+                               cache=Cache(spec["root"]), **lang)
+    lib = ctypes.CDLL(str(art.file()))
+    print(json.dumps({"value": lib.f(), "origin": art.origin, "warnings": [str(w.message) for w in seen]}))
+""")
+
+
+def fresh(root: Path, sources: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+          drop: tuple[str, ...] = (), name: str = "x", **spec: object) -> dict:
+    """One build-and-call in a new process (sources: file paths, relative to cwd)."""
+    full = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    for variable in drop:
+        full.pop(variable, None)
+    arg = json.dumps({"root": str(root), "name": name, "sources": sources, "paths": True, **spec})
+    done = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True, env=full,
+                          cwd=cwd, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write(path: Path, text: str) -> Path:
+    """Write a file as an editor would: a new inode, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp~")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def header(value: int) -> str:
+    return f"#pragma once\n#define VALUE {value}\n"
+
+
+UNIT = '#include "v.h"\nextern "C" int f() { return VALUE; }\n'
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    p = tmp_path / "proj"
+    (p / "src").mkdir(parents=True)
+    write(p / "src" / "x.cpp", UNIT)
+    return p
+
+
+# ---- the compiler command: every word of $CXX, a wrapper resolved ----------------------------
+
+ABI = '#include <string>\nextern "C" int f() { return _GLIBCXX_USE_CXX11_ABI; }\n'
+
+
+def test_words_after_the_compiler_in_cxx_are_in_the_key(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", ABI)
+    old_abi = fresh(tmp_path / "store", ["src/x.cpp"], cwd=proj, env={"CXX": "c++ -D_GLIBCXX_USE_CXX11_ABI=0"})
+    assert old_abi["value"] == 0
+    plain = fresh(tmp_path / "store", ["src/x.cpp"], cwd=proj, drop=("CXX",))
+    assert (plain["value"], plain["origin"]) == (1, "built")
+    again = fresh(tmp_path / "store", ["src/x.cpp"], cwd=proj, env={"CXX": "c++ -D_GLIBCXX_USE_CXX11_ABI=0"})
+    assert (again["value"], again["origin"]) == (0, "local")
+
+
+WHICH = 'extern "C" int f() {\n#ifdef __clang__\n return 2;\n#else\n return 1;\n#endif\n}\n'
+
+
+def test_the_compiler_behind_a_wrapper_is_the_one_identified(proj: Path, tmp_path: Path) -> None:
+    need("ccache")
+    clang = need("clang++")
+    write(proj / "src" / "x.cpp", WHICH)
+    env = {"CCACHE_DIR": str(tmp_path / "ccache")}
+    gnu = fresh(tmp_path / "store", ["src/x.cpp"], cwd=proj, env={**env, "CXX": f"ccache {need('g++')}"})
+    llvm = fresh(tmp_path / "store", ["src/x.cpp"], cwd=proj, env={**env, "CXX": f"ccache {clang}"})
+    assert (gnu["value"], llvm["value"], llvm["origin"]) == (1, 2, "built")
+
+
+def test_cxx_changed_in_one_process_rebuilds(proj: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(proj / "src" / "x.cpp", ABI)
+    monkeypatch.chdir(proj)
+    cache = Cache(tmp_path / "store")
+    monkeypatch.setenv("CXX", "c++ -D_GLIBCXX_USE_CXX11_ABI=0")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 0
+    monkeypatch.delenv("CXX")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+
+
+# ---- the compiler's environment ------------------------------------------------------------
+
+@pytest.mark.parametrize("variable", ["CPATH", "CPLUS_INCLUDE_PATH"])
+def test_a_header_found_through_an_include_variable(variable: str, proj: Path, tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    write(one / "v.h", header(1))
+    write(two / "v.h", header(2))
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={variable: str(one)})["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={variable: str(two)})["value"] == 2  # another folder
+    write(one / "v.h", header(3))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={variable: str(one)})["value"] == 3  # an edit there
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={variable: str(one)})["origin"] == "local"
+
+
+def test_c_include_path_steers_a_c_source(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    write(proj / "x.c", '#include "v.h"\nint f(void) { return VALUE; }\n')
+    one, two = tmp_path / "one", tmp_path / "two"
+    write(one / "v.h", header(1))
+    write(two / "v.h", header(2))
+    store = tmp_path / "store"
+    assert fresh(store, ["x.c"], cwd=proj, env={"C_INCLUDE_PATH": str(one)})["value"] == 1
+    assert fresh(store, ["x.c"], cwd=proj, env={"C_INCLUDE_PATH": str(two)})["value"] == 2
+
+
+def test_library_path_steers_the_link(proj: Path, tmp_path: Path) -> None:
+    """-lvalue found through LIBRARY_PATH: another folder's archive is another build."""
+    for value in (1, 2):
+        folder = tmp_path / f"lib{value}"
+        folder.mkdir()
+        obj = folder / "v.o"
+        subprocess.run(["cc", "-fPIC", "-c", "-x", "c", "-", "-o", str(obj)], check=True,
+                       input=f"int value(void) {{ return {value}; }}\n", text=True)
+        subprocess.run(["ar", "rcs", str(folder / "libvalue.a"), str(obj)], check=True)
+    write(proj / "src" / "x.cpp", 'extern "C" int value();\nextern "C" int f() { return value(); }\n')
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={"LIBRARY_PATH": str(tmp_path / "lib1")},
+                 ldflags=["-lvalue"])["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={"LIBRARY_PATH": str(tmp_path / "lib2")},
+                 ldflags=["-lvalue"])["value"] == 2
+
+
+def test_source_date_epoch_steers_date(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", 'extern "C" int f() { return __DATE__[10] - \'0\'; }\n')  # the year's last digit
+    store = tmp_path / "store"
+    y2001 = fresh(store, ["src/x.cpp"], cwd=proj, env={"SOURCE_DATE_EPOCH": "1000000000"})
+    y2009 = fresh(store, ["src/x.cpp"], cwd=proj, env={"SOURCE_DATE_EPOCH": "1234567890"})
+    assert (y2001["value"], y2009["value"]) == (1, 9)
+
+
+def test_one_process_with_cpath_does_not_hide_that_folder_from_later_ones(proj: Path, tmp_path: Path) -> None:
+    """The search list was memoized per compiler binary: a folder once on CPATH
+    stayed 'the compiler's' for every later user of the store, even with -I."""
+    inc = tmp_path / "inc"
+    write(inc / "v.h", header(1))
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, env={"CPATH": str(inc)})["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=[f"-I{inc}"])["value"] == 1
+    write(inc / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=[f"-I{inc}"])["value"] == 2
+
+
+# ---- system headers ---------------------------------------------------------------------
+
+def test_a_header_in_an_isystem_folder_is_tracked(proj: Path, tmp_path: Path) -> None:
+    dev = tmp_path / "usr-include"  # a -dev package's headers
+    write(dev / "v.h", header(1))
+    write(proj / "src" / "x.cpp", UNIT.replace('"v.h"', "<v.h>"))
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-isystem", str(dev)])["value"] == 1
+    write(dev / "v.h", header(2))  # the package upgraded
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-isystem", str(dev)])["value"] == 2
+
+
+def test_a_header_the_compiler_searches_through_its_specs_is_tracked(proj: Path, tmp_path: Path) -> None:
+    """A folder the driver adds itself (a specs file, as a distribution's compiler
+    carries): its headers are system headers, and tracked, as the specs file is."""
+    dev = tmp_path / "system"
+    write(dev / "v.h", header(1))
+    specs = write(tmp_path / "extra.specs", f"*cpp:\n+ -isystem {dev}\n\n")
+    write(proj / "src" / "x.cpp", UNIT.replace('"v.h"', "<v.h>"))
+    store = tmp_path / "store"
+    flags = [f"-specs={specs}"]
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 1
+    write(dev / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 2
+    write(specs, f"*cpp:\n+ -isystem {dev} -DVALUE_OFFSET=1\n\n")  # the specs file itself
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["origin"] == "built"
+
+
+def test_system_headers_can_be_left_to_the_compiler_by_an_explicit_setting(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", '#include <vector>\nextern "C" int f() { return 1; }\n')
+    strict = cc.build_library("x", [proj / "src" / "x.cpp"], cache=Cache(tmp_path / "a"))
+    assert any(d.path.endswith("c++/12/vector") or d.path.endswith("/vector") for d in strict.manifest.deps)
+    os.environ["ABICACHE_SLOPPINESS"] = "system_headers"
+    try:
+        sloppy = cc.build_library("x", [proj / "src" / "x.cpp"], cache=Cache(tmp_path / "b"))
+    finally:
+        del os.environ["ABICACHE_SLOPPINESS"]
+    assert not any(d.path.endswith("/vector") for d in sloppy.manifest.deps)
+
+
+# ---- headers looked for and not found -------------------------------------------------------
+
+def test_a_header_created_in_an_earlier_include_folder_shadows(proj: Path, tmp_path: Path) -> None:
+    first, second = proj / "first", proj / "second"
+    first.mkdir()
+    write(second / "v.h", header(1))
+    store = tmp_path / "store"
+    flags = ["-Ifirst", "-Isecond"]
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 1
+    write(first / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 2
+
+
+def test_a_header_created_beside_the_source_is_picked_up(proj: Path, tmp_path: Path) -> None:
+    write(proj / "include" / "v.h", header(1))
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["value"] == 1
+    write(proj / "src" / "v.h", header(2))  # `#include "v.h"` looks beside the includer first
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["value"] == 2
+
+
+HAS = ('#if __has_include("opt.h")\n#include "opt.h"\n#else\n#define VALUE 1\n#endif\n'
+       'extern "C" int f() { return VALUE; }\n')
+
+
+def test_a_header_has_include_did_not_find_appears(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", HAS)
+    (proj / "include").mkdir()
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["origin"] == "local"
+    write(proj / "include" / "opt.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["value"] == 2
+
+
+def test_missing_headers_in_the_same_process(proj: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(proj / "src" / "x.cpp", HAS)
+    (proj / "include").mkdir()
+    monkeypatch.chdir(proj)
+    cache = Cache(tmp_path / "store")
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinclude"], cache=cache).f() == 1
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinclude"], cache=cache).f() == 1
+    write(proj / "include" / "opt.h", header(2))
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinclude"], cache=cache).f() == 2
+
+
+def test_an_unrelated_file_beside_the_headers_is_no_rebuild(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", HAS)
+    (proj / "include").mkdir()
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["origin"] == "built"
+    write(proj / "include" / "notes.txt", "an editor's file")
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["origin"] == "local"
+
+
+# ---- files the driver, the assembler and the linker read ------------------------------------
+
+def test_a_response_file_is_an_input_by_its_bytes(proj: Path, tmp_path: Path) -> None:
+    write(proj / "inc" / "v.h", header(1))
+    rsp = write(proj / "opts.rsp", "-DEXTRA=1 -Iinc\n")
+    write(proj / "src" / "x.cpp", '#include "v.h"\nextern "C" int f() { return VALUE + EXTRA; }\n')
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=[f"@{rsp}"])["value"] == 2
+    write(rsp, "-DEXTRA=5 -Iinc\n")
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=[f"@{rsp}"])["value"] == 6
+
+
+def test_incbin_data_is_an_input(proj: Path, tmp_path: Path) -> None:
+    data = proj / "data.bin"
+    data.write_bytes(b"\x01")
+    write(proj / "src" / "x.cpp", f'asm(".section .rodata\\n.global blob\\nblob: .incbin \\"{data}\\"\\n.text");\n'
+                                  'extern "C" const unsigned char blob[];\nextern "C" int f() { return blob[0]; }\n')
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj)["value"] == 1
+    data.write_bytes(b"\x07")
+    assert fresh(store, ["src/x.cpp"], cwd=proj)["value"] == 7
+
+
+def test_a_version_script_is_an_input(proj: Path, tmp_path: Path) -> None:
+    write(proj / "src" / "x.cpp", 'extern "C" int f() { return 1; }\nextern "C" int g() { return 2; }\n')
+    script = write(proj / "v.map", "{ global: f; g; local: *; };\n")
+    store = tmp_path / "store"
+    first = fresh(store, ["src/x.cpp"], cwd=proj, ldflags=[f"-Wl,--version-script={script}"])
+    write(script, "{ global: f; local: *; };\n")
+    second = fresh(store, ["src/x.cpp"], cwd=proj, ldflags=[f"-Wl,--version-script={script}"])
+    assert (first["origin"], second["origin"]) == ("built", "built")
+
+
+# ---- the bytes compiled, not the bytes there later -------------------------------------------
+
+def test_a_header_saved_just_after_the_compiler_exits_is_never_served_stale(proj: Path, tmp_path: Path) -> None:
+    """A wrapper tells a second process the moment the compiler exits; that
+    process saves the header 0-10 ms later. The next process must never load
+    the build of the old bytes as current."""
+    many = "".join(f'#include "many/h{i:03}.h"\n' for i in range(300))  # hashing them takes a while
+    for i in range(300):
+        write(proj / "src" / "many" / f"h{i:03}.h", f"#pragma once\nint h{i:03}();\n")
+    write(proj / "src" / "x.cpp", many + '#include "v.h"\n#include <map>\n#include <string>\n'
+                                  'extern "C" int f() { return VALUE; }\n')
+    signal = tmp_path / "exited"
+    wrapper = write(tmp_path / "cxx.sh", f'#!/bin/sh\nc++ "$@"\nrc=$?\n: > "{signal}"\nexit $rc\n')
+    wrapper.chmod(0o755)
+    saver = textwrap.dedent(f"""
+        import os, sys, time
+        signal, target, value, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+        deadline = time.monotonic() + 120
+        while not os.path.exists(signal):
+            if time.monotonic() > deadline:
+                sys.exit(1)  # no compile ran (a stale hit): the test says so
+            time.sleep(0.0002)
+        time.sleep(delay)
+        tmp = target + ".tmp~"
+        open(tmp, "w").write("#pragma once\\n#define VALUE " + value + "\\n")
+        os.replace(tmp, target)
+    """)
+    store = tmp_path / "store"
+    stale = 0
+    rng = random.Random(27)
+    for trial in range(20):
+        write(proj / "src" / "v.h", header(100 + 2 * trial))
+        signal.unlink(missing_ok=True)
+        newer = str(101 + 2 * trial)
+        saving = subprocess.Popen([sys.executable, "-c", saver, str(signal), str(proj / "src" / "v.h"), newer,
+                                   str(rng.uniform(0, 0.010))])
+        try:
+            first = fresh(store, ["src/x.cpp"], cwd=proj, env={"CXX": str(wrapper)})
+            assert first["origin"] == "built", "an edited header must be compiled"
+            assert saving.wait(timeout=60) == 0
+        finally:
+            saving.kill()
+        after = fresh(store, ["src/x.cpp"], cwd=proj, env={"CXX": str(wrapper)})
+        stale += after["value"] != int(newer)
+    assert stale == 0
+
+
+# ---- symbolic links and '..' ------------------------------------------------------------
+
+def test_a_retargeted_include_link_in_the_same_process(proj: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    write(proj / "v1" / "v.h", header(1))
+    write(proj / "v2" / "v.h", header(2))
+    os.symlink("v1", proj / "inc")
+    monkeypatch.chdir(proj)
+    cache = Cache(tmp_path / "store")
+
+    def load() -> int:
+        return cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinc"], cache=cache).f()
+
+    assert load() == 1
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert load() == 1
+    os.symlink("v2", proj / "inc.new")
+    os.replace(proj / "inc.new", proj / "inc")
+    assert load() == 2
+    time.sleep(0.05)
+    assert load() == 2
+    write(proj / "v2" / "v.h", header(3))  # an edit reached through the new target
+    assert load() == 3
+
+
+def test_dotdot_through_a_linked_folder_records_the_file_the_kernel_opens(proj: Path, tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere" / "real"
+    write(real / "inc" / "a.h", '#include "../common/c.h"\n')
+    write(real / "common" / "c.h", header(1))
+    write(proj / "common" / "c.h", header(9))  # what collapsing '..' on the string would name
+    os.symlink(real / "inc", proj / "inc")
+    write(proj / "src" / "x.cpp", '#include "a.h"\nextern "C" int f() { return VALUE; }\n')
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"])["value"] == 1
+    write(proj / "common" / "c.h", header(8))  # not an input
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"])["origin"] == "local"
+    write(real / "common" / "c.h", header(2))  # the input
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"])["value"] == 2
+
+
+# ---- what cannot be known is not cached -------------------------------------------------------
+
+def test_a_compiler_without_a_depfile_is_not_trusted_as_reading_nothing(proj: Path, tmp_path: Path) -> None:
+    write(proj / "inc" / "v.h", header(1))
+    wrapper = write(tmp_path / "nodeps.sh", textwrap.dedent("""\
+        #!/bin/sh
+        # a compiler that writes no dependency file: -MD -MF FILE are dropped
+        args=""
+        skip=0
+        for a in "$@"; do
+          if [ $skip = 1 ]; then skip=0; continue; fi
+          case "$a" in -MD) ;; -MF) skip=1 ;; *) args="$args '$a'" ;; esac
+        done
+        eval exec c++ $args
+        """))
+    wrapper.chmod(0o755)
+    env = {"CXX": str(wrapper), "ABICACHE_OBSERVE": "0"}  # and it cannot be watched
+    store = tmp_path / "store"
+    first = fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"], env=env)
+    assert first["value"] == 1 and any("not cached" in w for w in first["warnings"])
+    write(proj / "inc" / "v.h", header(2))
+    second = fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"], env=env)
+    assert (second["value"], second["origin"]) == (2, "built")
+
+
+def test_without_the_observer_the_depfile_is_recorded(proj: Path, tmp_path: Path) -> None:
+    write(proj / "inc" / "v.h", header(1))
+    store = tmp_path / "store"
+    env = {"ABICACHE_OBSERVE": "0"}
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"], env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"], env=env)["origin"] == "local"
+    write(proj / "inc" / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinc"], env=env)["value"] == 2
+
+
+# ---- build lines as the user's own tools would run them ------------------------------------
+
+def test_a_c_source_is_compiled_as_c(tmp_path: Path) -> None:
+    lib = cc.load_library("answer", {"x.c": "int answer(void) { return 42; }\n"}, cache=Cache(tmp_path / "s"))
+    assert lib.answer() == 42  # C linkage: not _Z6answerv
+
+
+def test_c_and_cpp_units_in_one_library(tmp_path: Path) -> None:
+    lib = cc.load_library("mixed", {"a.c": "int from_c(void) { return sizeof('a'); }\n",  # 4 in C, 1 in C++
+                                    "b.cpp": 'extern "C" int from_c(void);\nextern "C" int f() { return from_c(); }\n'},
+                          cache=Cache(tmp_path / "s"))
+    assert lib.f() == 4
+
+
+def test_an_explicit_lang_still_wins(tmp_path: Path) -> None:
+    lib = cc.load_library("cxx", {"x.c": 'extern "C" int f() { return sizeof(\'a\'); }\n'}, lang="c++",
+                          cache=Cache(tmp_path / "s"))
+    assert lib.f() == 1
+
+
+def test_the_observer_sees_what_the_driver_did(tmp_path: Path) -> None:
+    """The observer library on its own: a compile's programs, headers read and looked for."""
+    from abicache.engine import observe
+
+    library = observe.library(tmp_path / "tools")
+    if library is None:
+        pytest.skip("the observer could not be built here (no C compiler, or no LD_PRELOAD)")
+    src = write(tmp_path / "a.cpp", '#if __has_include("nothere.h")\n#endif\n#include "v.h"\nint x = VALUE;\n')
+    write(tmp_path / "v.h", header(1))
+    with observe.watching(library, str(tmp_path)) as session:
+        assert session is not None
+        env = {**os.environ, **session.env}
+        subprocess.run(["c++", "-c", str(src), "-o", str(tmp_path / "a.o")], env=env, pass_fds=session.fds,
+                       check=True)
+        seen = session.result()
+    assert seen.complete
+    assert str(tmp_path / "v.h") in seen.read
+    assert str(tmp_path / "nothere.h") in seen.missing
+    assert any(os.path.basename(p).startswith("cc1plus") for p in seen.programs)
+    assert "CPATH" in seen.env
