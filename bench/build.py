@@ -233,7 +233,8 @@ def _recorded(store: Path) -> int:
     best = 0
     for vdir in Cache(store).store.iter_variant_dirs():
         try:
-            best = max(best, len(Cache(store).store.read_manifest(vdir).deps))
+            m = Cache(store).store.read_manifest(vdir)  # files read one by one, and in system groups
+            best = max(best, len(m.deps) + sum(len(g.paths()) for g in getattr(m, "system", ())))
         except Exception:  # noqa: BLE001
             continue
     return best

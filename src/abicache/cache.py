@@ -19,7 +19,7 @@ from .errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, Man
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
 from .store import deps as depcheck, transient
-from .store.manifest import FILENAME as MANIFEST_FILE, Absent, Dependency, check_text, preference, variant_id
+from .store.manifest import FILENAME as MANIFEST_FILE, Absent, Dependency, System, check_text, preference, variant_id
 from .store.trust import group_setting
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class BuildResult(NamedTuple):
     deps: Sequence[Dependency] = ()
     absent: Sequence[Absent] = ()  # paths looked for and not found, which must stay missing
     env: Sequence[tuple[str, str]] = ()  # (variable read, sha256 of its value or "unset")
+    system: Sequence[System] = ()  # files read in system folders, a group a folder
 # (stage, files, declared, facts) -> (detected requirements, audit summary)
 Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
@@ -248,7 +249,7 @@ class Cache:
 
         def current(manifest: Manifest) -> bool:
             return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,
-                                                                    manifest.env)[0] is None
+                                                                    manifest.env, manifest.system)[0] is None
 
         got = replicate.fetch(self.remote, self.store, kind, key, current)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
@@ -319,7 +320,7 @@ class Cache:
             if found.origin == "built":  # stamp the witnesses now: the next hit stats, and writes nothing
                 self.store.deps_changed(found.path, found.manifest, bases)
             m = found.manifest
-            found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env))
+            found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env, m.system))
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 
@@ -376,6 +377,7 @@ class Cache:
             found_deps = tuple(sorted(set(learned.deps))) if isinstance(learned, BuildResult) else ()
             absent = tuple(sorted(set(learned.absent))) if isinstance(learned, BuildResult) else ()
             env = tuple(sorted(set(learned.env))) if isinstance(learned, BuildResult) else ()
+            system = tuple(sorted(set(learned.system))) if isinstance(learned, BuildResult) else ()
             paths = self.store.collect(stage)
             try:
                 detected, summary = self.audit(stage, paths, declared, self.facts)
@@ -393,7 +395,7 @@ class Cache:
                 )
             manifest = Manifest(
                 key=key,
-                variant=variant_id(reqs, found_deps, absent, env),
+                variant=variant_id(reqs, found_deps, absent, env, system),
                 kind=kind,
                 name=name,
                 files=self.store.ingest(stage, paths),
@@ -410,6 +412,7 @@ class Cache:
                 deps=found_deps,
                 absent=absent,
                 env=env,
+                system=system,
             )
             adopted = self._share(stage, manifest)
             if adopted is not None:

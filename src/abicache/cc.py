@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, NamedTuple, Sequence, Union
 
-from .engine import tree as trees
+from .engine import steer, tree as trees
 from .engine.job import Job
 from .cache import Artifact, BuildResult, Cache, default_cache
 from .env import Facts
@@ -44,8 +44,6 @@ def _lang(lang: str) -> tuple[str, str, str, str]:
 
 def compiler_command(lang: str) -> list[str]:
     """$CC or $CXX (cc, c++) as words: a wrapper and flags after the compiler included."""
-    from .engine import steer
-
     variable, default, _, _ = _lang(lang)
     return list(steer.command(variable, default))
 
@@ -219,8 +217,6 @@ def _job(what: str, tree: trees.Tree, lang: str | None, cflags: tuple[str, ...],
          link: tuple[str, ...], tail: tuple[str, ...], filename: str, covered: tuple[str, ...] = ()) -> Job:
     """A job of this frontend: lang None lets each unit's extension decide
     (the C++ driver links, unless every unit is C)."""
-    from .engine import steer
-
     cc, cxx = tuple(compiler_command("c")), tuple(compiler_command("c++"))
     units = [f.name for f in tree.units]
     if lang is None:
@@ -290,9 +286,7 @@ def load_library(
 def _steering() -> tuple[Any, ...]:
     """The compilers and the environment a build here would use: an in-process
     memo must miss when they change, as the key does."""
-    from .engine.steer import fingerprint
-
-    return fingerprint("CC", "CXX")
+    return steer.fingerprint("CC", "CXX")
 
 
 def _where(cache: Cache | None) -> Any:

@@ -98,7 +98,8 @@ def check_entry(cache: Cache, manifest: Manifest) -> Verdict:
             key, _ = cache.key_for(plan.kind, plan.name, plan.inputs)
             if key != manifest.key:
                 return verdict("skipped", "a build here has another key (the compiler, flags or sources changed)")
-            changed, _ = depcheck.first_changed(manifest.deps, plan.bases, {}, manifest.absent, manifest.env)
+            changed, _ = depcheck.first_changed(manifest.deps, plan.bases, {}, manifest.absent, manifest.env,
+                                                manifest.system)
             if changed is not None:
                 return verdict("skipped", f"{_named(changed)} changed since: a lookup here rebuilds it anyway")
             fresh = _fresh(plan)
@@ -134,6 +135,7 @@ def _recorded(manifest: Manifest, bases: Mapping[str, str]) -> dict[str, str]:
         if path is not None:
             out[path] = dep.sha256
     out.update({f"${name}": digest for name, digest in manifest.env})
+    out.update({f"{group.folder}/*": group.sha256 for group in manifest.system})
     return out
 
 

@@ -111,8 +111,10 @@ def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[s
     """Which files the compiler read differ: against another entry's record
     (`new`), or against the files as they are now under `bases`."""
     if new is not None:
-        a = {(d.base, d.path): d.sha256 for d in old.deps} | {("env", n): v for n, v in old.env}
-        b = {(d.base, d.path): d.sha256 for d in new.deps} | {("env", n): v for n, v in new.env}
+        a = {(d.base, d.path): d.sha256 for d in old.deps} | {("env", n): v for n, v in old.env} \
+            | {("system", g.folder): g.sha256 for g in old.system}
+        b = {(d.base, d.path): d.sha256 for d in new.deps} | {("env", n): v for n, v in new.env} \
+            | {("system", g.folder): g.sha256 for g in new.system}
         return [Difference(f"dependency {base}/{path}", _digest(a.get((base, path))), _digest(b.get((base, path))))
                 for base, path in sorted(set(a) | set(b)) if a.get((base, path)) != b.get((base, path))]
     from .store import deps as depcheck
@@ -131,6 +133,9 @@ def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[s
     if variable is not None:
         now = depcheck.env_digest(variable.path)
         out.append(Difference(f"environment variable {variable.path}", _value(variable.sha256), _value(now)))
+    group = depcheck.system_changed(old.system, {}, {}, 0)
+    if group is not None:
+        out.append(Difference(f"system files in {group.path}", "(as built)", "(changed: a package upgraded?)"))
     appeared = depcheck.absent_changed(old.absent, bases or {}, {}, 0)
     if appeared is not None:
         out.append(Difference(f"missing when built: {appeared.base}/{appeared.path}", "(absent)", "(there now)"))

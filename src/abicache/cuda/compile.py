@@ -134,7 +134,7 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
             read = depfile.read(dfile) if dfile.exists() else None
             rec = record.of(observed, read, os.getcwd(), tree, covered, [scratch, str(out.parent.parent.parent)],
                             tools)
-            return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env)
+            return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
 
     return identity, build
 

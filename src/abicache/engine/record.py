@@ -26,8 +26,8 @@ import stat
 import uuid
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Sequence
 
-from ..store.deps import env_digest
-from ..store.manifest import Absent, Dependency
+from ..store.deps import env_digest, is_system
+from ..store.manifest import Absent, Dependency, System, system_digest
 from . import roots, steer
 from . import tree as trees
 
@@ -46,7 +46,7 @@ class Record(NamedTuple):
     deps: list[Dependency]
     absent: list[Absent]
     env: list[tuple[str, str]]
-    not_cached: str = ""  # why no later lookup may take the entry ("" when it may)
+    system: list[System] = []  # files read in system folders (store/deps.SYSTEM), a group a folder
 
 
 def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree: trees.Tree,
@@ -58,24 +58,46 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     seen = observed is not None and observed.complete
     if not seen and depfile is None:
         return Record([_never(f"{tree.files[0].name}: the compiler wrote no dependency file and could not be "
-                              "watched, so what it read is unknown")], [], [])
+                              "watched, so what it read is unknown")], [], [], [])
     read = [roots.normal(p, cwd) for p in depfile or ()]
     if seen:
         assert observed is not None
         read += [p for p in observed.read if _regular(p)]
     files = sorted({p for p in read if p not in own and not outside(p)})
-    deps = [trees.dependency(p, tree.bases) for p in files]
+    programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
+    deps, system = _split(files, programs, tree.bases, memo_dir)
     if not seen:
-        return Record(deps, [], [])
+        return Record(deps, [], [], system)
     assert observed is not None
-    deps += [_program(p, tree.bases, memo_dir) for p in sorted(observed.programs) if not outside(p)]
     missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read)
     absent, odd = _grouped(missing, tree.bases)
     env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
     if odd:
-        return Record(deps, absent, env, _never(f"a tool looked for {odd!r}, a path with a line break, "
-                                                "which abicache cannot record"))
-    return Record(deps, absent, env)
+        deps.append(_never(f"a tool looked for {odd!r}, a path with a line break, which abicache cannot record"))
+    return Record(deps, absent, env, system)
+
+
+def _split(files: list[str], programs: list[str], bases: Mapping[str, str],
+           memo_dir: Path | None) -> tuple[list[Dependency], list[System]]:
+    """Dependencies one by one, and the files of system folders (outside every
+    base) as one group a folder, each file hashed as the others (a program, tens
+    of MB, once per version of it)."""
+    deps: list[Dependency] = []
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for path in [*files, *programs]:
+        base, rel = trees.locate(path, bases)
+        if base != "abs" or not is_system(path):
+            deps.append(_program(path, bases, memo_dir) if path in programs else trees.dependency(path, bases))
+            continue
+        folder, _, name = path.rpartition("/")
+        sha = _program_sha(path, memo_dir) if path in programs else trees.dependency(path, bases).sha256
+        groups.setdefault(folder, []).append((name, sha))
+    system = []
+    for folder, entries in sorted(groups.items()):
+        entries.sort()
+        names = [n for n, _ in entries]
+        system.append(System(folder, "\n".join(names), system_digest(names, [sha for _, sha in entries])))
+    return deps, system
 
 
 def _regular(path: str) -> bool:
@@ -86,6 +108,11 @@ def _regular(path: str) -> bool:
 
 
 def _program(path: str, bases: Mapping[str, str], memo_dir: Path | None) -> Dependency:
+    base, rel = trees.locate(path, bases)
+    return Dependency(base, rel, _program_sha(path, memo_dir))
+
+
+def _program_sha(path: str, memo_dir: Path | None) -> str:
     """A program that ran, by its bytes: hashed once per version of it (a
     compiler proper is tens of MB), remembered by its stat under the store's tools/."""
     from pathlib import Path as P
@@ -94,8 +121,7 @@ def _program(path: str, bases: Mapping[str, str], memo_dir: Path | None) -> Depe
     from ..store import blobs
 
     sha = toolid.memoized(P(path), "sha256", lambda p: blobs.hash_file(p)[0], memo_dir)
-    base, rel = trees.locate(path, bases)
-    return Dependency(base, rel, sha) if sha else trees.dependency(path, bases)
+    return sha or trees.dependency(path, {}).sha256
 
 
 def _grouped(missing: Iterable[str], bases: Mapping[str, str]) -> tuple[list[Absent], str]:

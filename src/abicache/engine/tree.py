@@ -236,4 +236,7 @@ def _sha256(path: str, hash_file: Callable[[Path], tuple[str, int]]) -> str:
             if len(_hashed) > 100_000:
                 _hashed.clear()
             _hashed[witness] = sha
+            from ..store import deps
+
+            deps.learn(path, witness[1:], sha)
     return sha

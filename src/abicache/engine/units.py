@@ -96,7 +96,8 @@ def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[],
                 linked = _link(job, inputs, ctx, out, run)
         finally:
             built = objects.result()
-        recs = [record.Record(list(a.manifest.deps), list(a.manifest.absent), list(a.manifest.env)) for a in built]
+        recs = [record.Record(list(a.manifest.deps), list(a.manifest.absent), list(a.manifest.env),
+                              list(a.manifest.system)) for a in built]
         return _result([*recs, *([linked] if linked else [])])
 
 
@@ -109,7 +110,9 @@ def _result(recs: Sequence[record.Record]) -> BuildResult:
     why = record.not_cached(deps)
     if why:
         _warn_not_cached(why)
-    return BuildResult(deps=deps, absent=_merged_absent(recs), env=sorted({e for r in recs for e in r.env}))
+    # one system folder's group from each unit: identical ones are one; others are all kept
+    return BuildResult(deps=deps, absent=_merged_absent(recs), env=sorted({e for r in recs for e in r.env}),
+                       system=sorted({g for r in recs for g in r.system}))
 
 
 def _merged_absent(recs: Sequence[record.Record]) -> list[Any]:
@@ -252,7 +255,7 @@ def _object(job: Job, cache: Cache, unit: File, path: str, ctx: _Context, run: R
 
         rec = _compile(argv, unit, path, target, [], job, ctx, run, compiled)
         _prewarm_audit(cache.facts)
-        return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env)
+        return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
 
     found = objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
     ready(str(found.file()))  # a hit, or another process's build (a second call is ignored)

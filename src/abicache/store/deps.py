@@ -29,7 +29,7 @@ from array import array
 from typing import Mapping, Sequence
 
 from . import blobs, stamps
-from .manifest import UNSET, Absent, Dependency
+from .manifest import UNSET, Absent, Dependency, System, system_digest
 from .watch import Watch
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
@@ -111,15 +111,53 @@ def _exists(path: str) -> bool:
     return True
 
 
+def system_changed(system: Sequence[System], remembered: Mapping[str, Sequence[int]],
+                   current: dict[str, Witness], seen: int) -> Dependency | None:
+    """The first system group whose files changed (as Dependency("abs", folder,
+    "system")), or None. A group whose files all stand at the witnesses they
+    were found current at is current; else every file is hashed (after a
+    package upgrade: once) and the group's digest compared."""
+    for group in system:
+        try:
+            folder = witness(os.stat(group.folder))
+            found = [(path, witness(os.stat(path))) for path in group.paths()]
+        except OSError:
+            return Dependency("abs", group.folder, "system")
+        # remembered: the witnesses at which this group was found current (the stamp); else the
+        # digest, of shas this process knows at these witnesses (a build just hashed them) or hashes
+        known = all(remembered.get(path) == [*w] for path, w in found)
+        if not known:
+            names = group.names.split("\n")
+            shas = [_known_sha(path, w) for path, w in found]
+            if system_digest(names, shas) != group.sha256:
+                return Dependency("abs", group.folder, "system")
+        for path, w in [(group.folder, folder), *found]:
+            if _settled(w, seen):
+                current[path] = w
+    return None
+
+
+def _known_sha(path: str, w: Witness) -> str:
+    known = _known.get(path)
+    if known is not None and known[0] == w:
+        return known[1]
+    sha, _ = blobs.hash_file(path)  # type: ignore[arg-type]
+    if _settled(w):
+        _known[path] = (w, sha)
+    return sha
+
+
 def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
                   remembered: Mapping[str, Sequence[int]] = {}, absent: Sequence[Absent] = (),
-                  env: Sequence[tuple[str, str]] = ()) -> tuple[Dependency | None, dict[str, Witness]]:
+                  env: Sequence[tuple[str, str]] = (),
+                  system: Sequence[System] = ()) -> tuple[Dependency | None, dict[str, Witness]]:
     """(the first dependency whose file changed or is gone, a missing path
     that appeared or a variable whose value changed, or None; the settled
     witnesses of the files and folders found current, to remember)."""
     current: dict[str, Witness] = {}
     seen = time.time_ns()  # before any stat: witnesses are judged against it
-    changed = env_changed(env) or absent_changed(absent, bases, current, seen)
+    changed = env_changed(env) or absent_changed(absent, bases, current, seen) \
+        or system_changed(system, remembered, current, seen)
     if changed is not None:
         return changed, current
     roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}  # resolve(), without a join per file
@@ -142,16 +180,32 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     return None, current
 
 
+#: where only package managers write, and they replace files (a rename, which moves
+#: the folder's change time): files read there are recorded as one System group a
+#: folder (record.py), witnessed by the folder. /usr/local is the user's.
+SYSTEM = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/bin/", "/sbin/", "/opt/")
+_USER = ("/usr/local/",)
+
+
+def is_system(path: str) -> bool:
+    return path.startswith(SYSTEM) and not path.startswith(_USER)
+
+
+def _witnessed(deps: Sequence[Dependency], absent: Sequence[Absent], system: Sequence[System]) -> list[Dependency]:
+    folders = dict.fromkeys([*(Dependency("abs", g.folder, "") for g in system),
+                             *(Dependency(a.base, a.folder, "") for a in absent)])  # one stat a folder
+    return [*deps, *folders]
+
+
 def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
             current: Mapping[str, Witness] | None = None, absent: Sequence[Absent] = (),
-            env: Sequence[tuple[str, str]] = ()) -> str | None:
-    """A digest of the bases, of every dependency's witness and every missing
-    path's folder's, and of the variables read, from fresh stats or from
-    `current` (first_changed's settled witnesses); None where a file is
-    missing or, from `current`, was not settled."""
-    folders = [Dependency(a.base, a.folder, "") for a in absent]
-    flat = _stat_all([*deps, *folders], bases) if current is None \
-        else _from_current([*deps, *folders], bases, current)
+            env: Sequence[tuple[str, str]] = (), system: Sequence[System] = ()) -> str | None:
+    """A digest of the bases, of every dependency's witness, every system
+    group's and missing path's folder's, and of the variables read, from
+    fresh stats or from `current` (first_changed's settled witnesses); None
+    where a file is missing or, from `current`, was not settled."""
+    witnessed = _witnessed(deps, absent, system)
+    flat = _stat_all(witnessed, bases) if current is None else _from_current(witnessed, bases, current)
     if flat is None:
         return None
     digest = hashlib.blake2b(repr(sorted(bases.items())).encode(), digest_size=16)
@@ -218,35 +272,52 @@ class Current:
     and arms a Watch; later calls ask the Watch, and check again only when it
     saw something (a touch is not a change: still current)."""
 
-    __slots__ = ("deps", "bases", "watch", "absent", "env")
+    __slots__ = ("deps", "bases", "watch", "absent", "env", "system", "names", "values")
 
     def __init__(self, deps: Sequence[Dependency], bases: Mapping[str, str], absent: Sequence[Absent] = (),
-                 env: Sequence[tuple[str, str]] = ()) -> None:
-        self.deps, self.bases, self.absent, self.env = deps, bases, absent, env
+                 env: Sequence[tuple[str, str]] = (), system: Sequence[System] = ()) -> None:
+        self.deps, self.bases, self.absent, self.env, self.system = deps, bases, absent, env, system
         self.watch: Watch | None = None
+        # the variables' raw values when last found current: compared as they are, not hashed again
+        self.names = tuple(map(os.environ.encodekey, (name for name, _ in env)))  # type: ignore[attr-defined]
+        self.values: tuple[object, ...] | None = None
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(map(os.environ._data.get, self.names))  # type: ignore[attr-defined]
 
     def __call__(self) -> bool:
-        if self.watch is not None and self.watch.unchanged() and (not self.env or env_changed(self.env) is None):
+        if self.watch is not None and self.watch.unchanged() and (not self.names or self._values() == self.values):
             return True
-        changed, _, self.watch = watched(self.deps, self.bases, absent=self.absent, env=self.env)
+        values = self._values()
+        changed, _, self.watch = watched(self.deps, self.bases, absent=self.absent, env=self.env, system=self.system)
+        self.values = values if changed is None else None
         return changed is None
 
 
 def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
             remembered: Mapping[str, Sequence[int]] = {}, absent: Sequence[Absent] = (),
-            env: Sequence[tuple[str, str]] = ()) -> tuple[Dependency | None, dict[str, Witness], Watch | None]:
+            env: Sequence[tuple[str, str]] = (),
+            system: Sequence[System] = ()) -> tuple[Dependency | None, dict[str, Witness], Watch | None]:
     """first_changed, and when all are current a Watch that says cheaply
     whether they still are (armed before the check: nothing slips between).
     The folders of missing paths are watched too: a file created there moves them."""
     paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
     folders = [p for p in (resolve(Dependency(a.base, a.folder, ""), bases) for a in absent) if p is not None]
+    folders += [g.folder for g in system]  # a package upgrade renames files into it
     watch = Watch(paths, folders)
-    changed, current = first_changed(deps, bases, remembered, absent, env)
+    changed, current = first_changed(deps, bases, remembered, absent, env, system)
     if changed is not None:
         return changed, current, None
-    if len(current) == len(paths) + len(folders):  # every witness settled: the stat fallback is sound too
+    if all(p in current for p in (*paths, *folders)):  # every witness settled: the stat fallback is sound too
         watch.settle(list(current.items()))
     return None, current, watch
+
+
+def learn(path: str, w: Witness, sha: str) -> None:
+    """A file just hashed at w (for a build's record): the check right after the
+    build need not hash it again."""
+    if _settled(w):
+        _known[path] = (w, sha)
 
 
 def forget() -> None:

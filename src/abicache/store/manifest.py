@@ -7,8 +7,11 @@ that could escape the entry directory.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
+import operator
 import re
 from typing import Any, Mapping, NamedTuple
 
@@ -65,6 +68,27 @@ class Absent(NamedTuple):
         return self.names.split("\n")
 
 
+class System(NamedTuple):
+    """Files the build read in one system folder (deps.SYSTEM: where only package
+    managers write, replacing files), recorded as one: the folder, the files'
+    names, one sha256 over their names and contents. A lookup stats the folder
+    (a package upgrade renames files into it, which moves its change time), and
+    only when it moved, the files; the manifest stays small for hundreds of
+    system headers."""
+
+    folder: str  # absolute
+    names: str  # '\n'-separated, sorted
+    sha256: str  # system_digest() of the files
+
+    def paths(self) -> list[str]:
+        return [f"{self.folder}/{name}" for name in self.names.split("\n")]
+
+
+def system_digest(names: list[str], shas: list[str]) -> str:
+    return hashlib.sha256("".join(f"{n}\0{sha}\n" for n, sha in zip(names, shas)).encode(
+        "utf-8", "surrogateescape")).hexdigest()
+
+
 #: an environment variable that was not set
 UNSET = "unset"
 
@@ -89,11 +113,12 @@ class Manifest(NamedTuple):
     deps: tuple[Dependency, ...] = ()
     absent: tuple[Absent, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # (variable the tools read, sha256 of its value or UNSET)
+    system: tuple[System, ...] = ()  # files read in system folders, a group a folder
 
     @property
     def recorded(self) -> bool:
         """Whether the entry holds only while what its build read is unchanged."""
-        return bool(self.deps or self.absent or self.env)
+        return bool(self.deps or self.absent or self.env or self.system)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,9 +144,14 @@ class Manifest(NamedTuple):
             **({"deps": [list(d) for d in self.deps]} if self.deps else {}),
             **({"absent": [list(a) for a in self.absent]} if self.absent else {}),
             **({"env": dict(self.env)} if self.env else {}),
+            **({"system": [list(g) for g in self.system]} if self.system else {}),
         }
 
-    def dumps(self) -> bytes:
+    def dumps(self, compact: bool = False) -> bytes:
+        """The manifest as JSON: indented (what signatures cover, and what goes to a
+        remote), or compact (the local store's file, parsed on every lookup)."""
+        if compact:
+            return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode("utf-8")
         return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode("utf-8")
 
     def file(self, path: str) -> FileRecord:
@@ -138,21 +168,23 @@ def preference(manifest: Manifest) -> tuple[int, float]:
 
 
 def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), absent: tuple[Absent, ...] = (),
-               env: tuple[tuple[str, str], ...] = ()) -> str:
+               env: tuple[tuple[str, str], ...] = (), system: tuple[System, ...] = ()) -> str:
     """One variant per distinct requirement set and, where the compiler read
     files the key does not cover, per distinct set of their contents (and of
     the paths it found missing, and the variables it read)."""
-    if not deps and not absent and not env:
+    if not deps and not absent and not env and not system:
         return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
     listed = "\n".join(f"{d.base}\0{d.path}\0{d.sha256}" for d in sorted(deps))
-    if absent or env:
+    if absent or env or system:
         listed += "\0absent\0" + "\n".join("\0".join(a) for a in sorted(absent))
         listed += "\0env\0" + "\n".join(f"{n}\0{v}" for n, v in sorted(env))
+    if system:
+        listed += "\0system\0" + "\n".join("\0".join(g) for g in sorted(system))
     return hashlib.sha256(f"variant-v2\0{requirements}\0{listed}".encode()).hexdigest()[:16]
 
 
 def variant_of(manifest: Manifest) -> str:
-    return variant_id(manifest.requirements, manifest.deps, manifest.absent, manifest.env)
+    return variant_id(manifest.requirements, manifest.deps, manifest.absent, manifest.env, manifest.system)
 
 
 def safe_relpath(path: Any) -> str:
@@ -259,14 +291,29 @@ def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
     value = doc.get("deps", [])
     if not isinstance(value, list) or len(value) > MAX_FILES:
         raise ManifestError(f"field 'deps' must be a list of at most {MAX_FILES} dependencies")
-    check = _shaped_dep if local else _good_dep
-    for item in value:
-        if not check(item):
-            raise ManifestError(f"dependency {item!r} is not [base, relative path, sha256] (or [\"abs\", "
-                                "absolute path, sha256]) of printable characters without empty or '.' parts")
-    if all(a < b for a, b in zip(value, value[1:])):  # as written: sorted, no repeats (a lookup's ~50 us)
-        return tuple(map(Dependency._make, value))
-    return tuple(sorted(set(map(Dependency._make, value))))
+    if local:  # structure only, in loops that run in C: hundreds a lookup
+        shaped = {type(i) for i in value} <= {list} and {len(i) for i in value} <= {3} and _all_text(value)
+    else:
+        shaped = all(map(_good_dep, value))
+    if not shaped:
+        item = next(i for i in value if not (_shaped_dep if local else _good_dep)(i))
+        raise ManifestError(f"dependency {item!r} is not [base, relative path, sha256] (or [\"abs\", "
+                            "absolute path, sha256]) of printable characters without empty or '.' parts")
+    made = tuple(map(_new_dep, value))  # tuple.__new__: a third of Dependency._make's time
+    if all(map(operator.lt, value, value[1:])):  # as written: sorted, no repeats
+        return made
+    return tuple(sorted(set(made)))
+
+
+def _all_text(rows: list[list[Any]]) -> bool:
+    try:
+        "".join(itertools.chain.from_iterable(rows))
+    except TypeError:
+        return False
+    return True
+
+
+_new_dep = functools.partial(tuple.__new__, Dependency)
 
 
 def _absent(doc: Mapping[str, Any], local: bool) -> tuple[Absent, ...]:
@@ -280,6 +327,19 @@ def _absent(doc: Mapping[str, Any], local: bool) -> tuple[Absent, ...]:
         if not shaped or not (local or _good_folder(item[0], item[1])):
             raise ManifestError(f"absent {item!r} is not [base, folder, missing names separated by newlines]")
     return tuple(sorted(map(Absent._make, value)))
+
+
+def _system(doc: Mapping[str, Any], local: bool) -> tuple[System, ...]:
+    """[[absolute folder, "name\\nname...", sha256], ...]"""
+    value = doc.get("system", [])
+    if not isinstance(value, list) or len(value) > MAX_FILES:
+        raise ManifestError(f"field 'system' must be a list of at most {MAX_FILES} folders")
+    for item in value:
+        shaped = _shaped_dep(item) and item[1] and "\0" not in item[1] and item[0].startswith("/")
+        if not shaped or not (local or (_good_folder("abs", item[0]) and _DEP_SHA.fullmatch(item[2]))):
+            raise ManifestError(f"system {item!r} is not [absolute folder, file names separated by newlines, "
+                                "sha256]")
+    return tuple(map(System._make, value))
 
 
 def _good_folder(base: str, folder: str) -> bool:
@@ -368,4 +428,5 @@ def parse(data: bytes, *, local: bool = False) -> Manifest:
         deps=_deps(doc, local),
         absent=_absent(doc, local),
         env=_env(doc),
+        system=_system(doc, local),
     )
