@@ -48,8 +48,10 @@ from abicache.key import Inputs  # noqa: E402
 from abicache.requirements import Requirements  # noqa: E402
 
 ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX",
-             "C project, header edited", "AMD code object"]
+             "C project, header edited", "AMD code object", "C++ project, shadowing header", "C++ project, $CXX words"]
 HEADERED = "C project, header edited"
+SHADOWED = "C++ project, shadowing header"  # a header created in an earlier include folder (E5-E7)
+WORDS = "C++ project, $CXX words"  # CXX="c++ -D_GLIBCXX_USE_CXX11_ABI=0" where the environment says so
 HSACO = "AMD code object"  # Triton's .hsaco for the environment's AMD target
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
@@ -65,6 +67,8 @@ class Env:
     target: str  # what its JIT compiles for: sm_80, sm_90, sm_90a, or an AMD target (gfx942)
     header: int = 1  # which content the project's header has here (edited over time)
     hip: int = 0  # the ROCm/HIP major of an AMD machine (0: an NVIDIA one)
+    shadow: bool = False  # a header that shadows the project's is in an earlier include folder
+    cxx: str = "c++"  # $CXX, words and all
 
     @property
     def amd(self) -> bool:
@@ -96,9 +100,10 @@ ENVS = [
     Env("E2 Python 3.12", "3.12", "2.9.1+cu128", "1", 12, "sm_90", "sm_90"),
     Env("E3 torch +cu130, CUDA 13", "3.11", "2.9.1+cu130", "1", 13, "sm_90", "sm_90"),
     Env("E4 torch patch 2.9.0", "3.11", "2.9.0+cu128", "1", 12, "sm_90", "sm_90", 2),
-    Env("E5 torch +cpu", "3.11", "2.9.1+cpu", "1", 12, "sm_90", "sm_90", 2),
-    Env("E6 old C++ ABI build", "3.11", "2.9.1+cu128", "0", 12, "sm_90", "sm_90", 2),
-    Env("E7 Python 3.10, torch 2.10", "3.10", "2.10.0+cu130", "1", 13, "sm_90", "sm_90", 3),
+    Env("E5 torch +cpu", "3.11", "2.9.1+cpu", "1", 12, "sm_90", "sm_90", 2, shadow=True),
+    Env("E6 old C++ ABI build", "3.11", "2.9.1+cu128", "0", 12, "sm_90", "sm_90", 2, shadow=True,
+        cxx="c++ -D_GLIBCXX_USE_CXX11_ABI=0"),
+    Env("E7 Python 3.10, torch 2.10", "3.10", "2.10.0+cu130", "1", 13, "sm_90", "sm_90", 3, shadow=True),
     Env("E8 Python 3.13, torch 2.11", "3.13", "2.11.0+cu130", "1", 13, "sm_90", "sm_90", 3),
     Env("E9 A100 (sm_80)", "3.11", "2.9.1+cu128", "1", 12, "sm_80", "sm_80", 3),
     Env("E10 H100, sm_90a kernels", "3.11", "2.9.1+cu128", "1", 12, "sm_90", "sm_90a", 2),
@@ -151,6 +156,8 @@ RULES: dict[str, Callable[[Env, Env], bool]] = {
     "PTX": lambda b, e: _runs(request("PTX", b), e.device) and e.cuda >= b.cuda,
     HEADERED: lambda b, e: b.header == e.header,
     HSACO: lambda b, e: e.amd and _runs(b.target, e.device),
+    SHADOWED: lambda b, e: b.shadow == e.shadow,
+    WORDS: lambda b, e: b.cxx == e.cxx,
 }
 WHY_RULE = {
     "C library": "plain C: no Python, torch or CUDA dependency (audit: only glibc symbol versions)",
@@ -164,6 +171,11 @@ WHY_RULE = {
               "same header bytes is the same program",
     HSACO: "LLVM's target IDs: gfx942 code runs on any gfx942, gfx90a code on any gfx90a; Triton's own LLVM "
            "builds it, so it does not depend on the ROCm major or Python (audit: e_flags)",
+    SHADOWED: "a header created in an include folder searched before the one used (E5) and removed (E8): "
+              "the compiler picks it up, so only a build with the same folders' contents is the same program "
+              "(a depfile lists what was found, not what was looked for)",
+    WORDS: "CXX='c++ -D_GLIBCXX_USE_CXX11_ABI=0' (E6): another std::string ABI, so only a build with the same "
+           "compiler command is the same program",
 }
 
 
@@ -206,7 +218,9 @@ def _command(art: str, env: Env) -> tuple[str, ...]:
         return (f"-I/usr/include/python{env.python}",)
     if art == HEADERED:
         return (f"header v{env.header}",)  # ninja's depfiles see the header change
-    return ()
+    if art == WORDS:
+        return (env.cxx,)  # ninja compares the command line, compiler words included
+    return ()  # SHADOWED: no depfile lists a header that was looked for and not found
 
 
 SCHEMES = [
@@ -273,6 +287,11 @@ def abicache_plan(art: str, env: Env, facts: Facts) -> tuple[str, str, Inputs, R
         p = abitorch.plan("matrix_stable", {"op.cpp": STABLE_SRC}, stable=True, target="2.9", facts=facts)
     elif art == HEADERED:
         p = cc.library_plan("proj", [HEADER_PROJECT / "proj.c"], lang="c")
+    elif art == SHADOWED:
+        p = cc.library_plan("shadowed", [SHADOW_PROJECT / "x.cpp"], cflags=[f"-I{SHADOW_PROJECT / 'first'}",
+                                                                             f"-I{SHADOW_PROJECT / 'second'}"])
+    elif art == WORDS:
+        p = _with_cxx(env.cxx, lambda: cc.library_plan("words", ['extern "C" int f() { return 1; }']))
     elif art == HSACO:  # abicache.triton keys a kernel on Triton's own key, which holds the target
         inputs = Inputs.make({}, extra={"triton_key": f"{TRITON_KERNEL_KEY}|hip|{request(art, env)}|64"})
         return "triton", "k", inputs, Requirements()
@@ -298,6 +317,8 @@ def requirements_of(art: str, built: Env) -> Requirements:
         "PTX": [f"gpu.arch ~= {request(art, built)}", f"cuda.driver >= {built.cuda}.0"],
         HEADERED: [],
         HSACO: [f"gpu.arch ~= {request(art, built)}"],
+        SHADOWED: [],
+        WORDS: [],
     }[art])
 
 
@@ -363,15 +384,19 @@ def simulate_abicache() -> Tally:
 
     def find(art: str, env: Env) -> tuple[Env | None, Callable[[], None]]:
         deps: tuple[Any, ...] = ()
+        absent: tuple[Any, ...] = ()
         if art == HEADERED:
             deps = _write_header(env)
+        if art == SHADOWED:
+            deps, absent = _write_shadow(env)
         kind, name, inputs, declared = abicache_plan(art, env, facts[env])
         k = keys.compute(kind, name, inputs.describe(facts[env]))
-        bases = {"src": str(HEADER_PROJECT)}
-        usable = [b for b, reqs, d in store.get(k, [])
-                  if reqs.satisfied_by(facts[env]) and depcheck.first_changed(d, bases)[0] is None]
+        bases = {"src": str(HEADER_PROJECT), "inc0": str(SHADOW_PROJECT / "first"),
+                 "inc1": str(SHADOW_PROJECT / "second")}
+        usable = [b for b, reqs, (d, a) in store.get(k, [])
+                  if reqs.satisfied_by(facts[env]) and depcheck.first_changed(d, bases, {}, a)[0] is None]
         reqs = declared | requirements_of(art, env)
-        return (usable[0] if usable else None), lambda: store.setdefault(k, []).append((env, reqs, deps))
+        return (usable[0] if usable else None), lambda: store.setdefault(k, []).append((env, reqs, (deps, absent)))
 
     return simulate(find)
 
@@ -389,6 +414,43 @@ def _write_header(env: Env) -> tuple[Any, ...]:
     (HEADER_PROJECT / "proj.h").write_text(text)
     depcheck.forget()  # as a new process would: no hash remembered from before the edit
     return (Dependency("src", "proj.h", hashlib.sha256(text.encode()).hexdigest()),)
+
+
+SHADOW_PROJECT = Path(tempfile.mkdtemp(prefix="abicache-matrix-shadow-"))
+(SHADOW_PROJECT / "first").mkdir()
+(SHADOW_PROJECT / "second").mkdir()
+(SHADOW_PROJECT / "second" / "v.h").write_text("#define VALUE 1\n")
+(SHADOW_PROJECT / "x.cpp").write_text('#include <v.h>\nextern "C" int f() { return VALUE; }\n')
+
+
+def _write_shadow(env: Env) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Put the shadowing header there or not, as env has it; what a build there records
+    (engine/record.py): the header it read, and, where the first folder had none, that
+    it must stay missing there."""
+    from abicache.store import deps as depcheck
+    from abicache.store.manifest import Absent, Dependency
+
+    shadow = SHADOW_PROJECT / "first" / "v.h"
+    depcheck.forget()
+    if env.shadow:
+        shadow.write_text("#define VALUE 2\n")
+        return (Dependency("inc0", "v.h", hashlib.sha256(b"#define VALUE 2\n").hexdigest()),), ()
+    shadow.unlink(missing_ok=True)
+    return ((Dependency("inc1", "v.h", hashlib.sha256(b"#define VALUE 1\n").hexdigest()),),
+            (Absent("inc0", ".", "v.h"),))
+
+
+def _with_cxx(cxx: str, make: Callable[[], Any]) -> Any:
+    """A plan made where $CXX is cxx (the project's build sets it)."""
+    before = os.environ.get("CXX")
+    os.environ["CXX"] = cxx
+    try:
+        return make()
+    finally:
+        if before is None:
+            del os.environ["CXX"]
+        else:
+            os.environ["CXX"] = before
 
 
 def minimum_builds() -> int:
@@ -547,6 +609,9 @@ def evidence(loads: dict[tuple[str, str], str], clib: dict[str, str], audited: d
             out[art] = "measured: loaded by 3.10-3.13 with ctypes"
         elif art == HEADERED:
             out[art] = "measured: tests/test_build.py compiles, edits the header, loads the new answer"
+        elif art in (SHADOWED, WORDS):
+            out[art] = ("measured: tests/test_fidelity.py and bench/fidelity.py compile, change it, load the "
+                        "new answer in a fresh process (beside ccache)")
         elif art in ("CPython module", "abi3 module") and pythons == set(PYTHONS):
             out[art] = "measured: real loads under 3.10-3.13" + (" (+ the per-minor rule)" if art == "CPython module" else "")
         else:

@@ -493,3 +493,36 @@ def test_the_observer_sees_what_the_driver_did(tmp_path: Path) -> None:
     assert str(tmp_path / "nothere.h") in seen.missing
     assert any(os.path.basename(p).startswith("cc1plus") for p in seen.programs)
     assert "CPATH" in seen.env
+
+
+# ---- every documented variable is in the key (and nvcc's only where nvcc runs) ---------------
+
+def _key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> str:
+    from abicache.engine import steer
+
+    for name in steer.ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    plan = cc.library_plan("x", ['extern "C" int f() { return 1; }'])
+    return Cache(tmp_path / "s").key_for(plan.kind, plan.name, plan.inputs)[0]
+
+
+def _steering_variables() -> list[str]:
+    from abicache.engine import steer
+
+    return list(steer.ENVIRONMENT)
+
+
+@pytest.mark.parametrize("variable", _steering_variables())
+def test_each_steering_variable_is_in_the_key_where_it_steers(variable: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache.engine import steer
+
+    plain = _key(monkeypatch, tmp_path)
+    with_it = _key(monkeypatch, tmp_path, **{variable: "/some/value"})
+    if variable in steer.NVCC_ONLY:
+        assert with_it == plain  # a C++ library runs no nvcc: no needless rebuild
+        assert steer.key_extra(cuda=True)[f"env.{variable}"] == "/some/value"  # what nvcc's builds key on
+    else:
+        assert with_it != plain

@@ -55,3 +55,12 @@ def test_amd_machines_share_code_objects_and_never_torch_builds(matrix) -> None:
     assert not matrix.requirements_of(op, envs["E13"]).satisfied_by(facts["E1"])
     assert not matrix.requirements_of(op, envs["E1"]).satisfied_by(facts["E13"])
     assert not matrix.applies("cubin", envs["E13"]) and not matrix.applies(hsaco, envs["E1"])
+
+
+def test_the_fidelity_rows_catch_a_depfile_cache_and_not_abicache(matrix) -> None:  # type: ignore[no-untyped-def]
+    """A header created in an earlier include folder: ninja's depfiles (torch cpp_extension)
+    reuse the old build; abicache's record of what was looked for and not found does not."""
+    torch_ext = matrix.simulate_scheme(next(s for s in matrix.SCHEMES if s.name == "torch cpp_extension"))
+    assert any(matrix.SHADOWED in e for e in torch_ext.examples), torch_ext.examples
+    ours = matrix.simulate_abicache()
+    assert not any(a in e for e in ours.examples for a in (matrix.SHADOWED, matrix.WORDS))

@@ -191,21 +191,6 @@ def locate(path: str, bases: Mapping[str, str]) -> tuple[str, str]:
     return best, _inside(path, bases[best])
 
 
-def dependencies(prerequisites: Sequence[str], cwd: str, tree: Tree, covered: Sequence[str],
-                 scratch: str | None) -> list[Dependency]:
-    """What to record of the files a compile read: those the key does not
-    already cover (its own sources, inline files, the covered roots)."""
-    return [dependency(path, tree.bases) for path in recorded(prerequisites, cwd, tree, covered, scratch)]
-
-
-def recorded(prerequisites: Sequence[str], cwd: str, tree: Tree, covered: Sequence[str],
-             scratch: str | None) -> list[str]:
-    """The normal paths of the files dependencies() records."""
-    own = {f.path for f in tree.files if f.path}
-    skip = roots.Within([*covered, *([scratch] if scratch else [])])
-    return [path for path in (roots.normal(item, cwd) for item in prerequisites) if path not in own and not skip(path)]
-
-
 def dependency(path: str, bases: Mapping[str, str]) -> Dependency:
     from ..store import blobs
 

@@ -10,10 +10,11 @@ one unit and links; a header compiles only its includers; a unit shared by
 two extensions is compiled once; and single flight and crash safety hold per
 object as for any entry.
 
-Every compile reports what it read (-MD -MF); files outside the covered roots
-become the output's dependencies (tree.dependencies). A dependency (or a
-source) that changes while the compiler runs makes that compile run again,
-once: the recorded bytes must be the ones compiled.
+Every compile and link runs watched (observe.py) and writes a depfile
+(-MD -MF); record.py turns what they read, looked for and were steered by
+into the entry's record. The files read are hashed first and checked after:
+one (or a source) written since the compile started makes that compile run
+again, once: the recorded bytes must be the ones compiled.
 """
 
 from __future__ import annotations
