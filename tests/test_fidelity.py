@@ -526,3 +526,28 @@ def test_each_steering_variable_is_in_the_key_where_it_steers(variable: str, tmp
         assert steer.key_extra(cuda=True)[f"env.{variable}"] == "/some/value"  # what nvcc's builds key on
     else:
         assert with_it != plain
+
+
+# ---- the observer runs in every compiler: nobody else may have written it ---------------------
+
+def test_an_observer_another_user_could_write_is_not_preloaded(tmp_path: Path) -> None:
+    from abicache.engine import observe
+
+    cache = Cache(tmp_path / "store")
+    tools = cache.store.layout.tools
+    library = observe.library(tools, trusted=cache.store.trust.ok)
+    if library is None:
+        pytest.skip("the observer could not be built here")
+    observe._built.clear()
+    os.chmod(library, 0o777)  # as a store an older version left open
+    with pytest.warns(AbicacheWarning, match="another user"):
+        assert observe.library(tools, trusted=cache.store.trust.ok) is None
+    observe._built.clear()
+
+
+@pytest.mark.parametrize("name", ["/tmp/evil.cpp", "../evil.cpp", "a/../../evil.cpp", ""])
+def test_an_inline_source_name_cannot_leave_the_scratch_folder(name: str, tmp_path: Path) -> None:
+    from abicache.errors import AbicacheError
+
+    with pytest.raises(AbicacheError, match="relative path"):
+        cc.build_library("x", {name: 'extern "C" int f() { return 1; }'}, cache=Cache(tmp_path / "s"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..archs import Target, parse_target
 from ..engine import depfile, roots, steer, tree as trees
@@ -53,7 +53,7 @@ def compile(source: str, *, arch: str | Sequence[str], output: str = "cubin", co
     flags, key_flags = trees.include_bases(options, bases)  # include folders: bases, not paths, in the key
     if compiler == "nvcc":
         tree = trees.Tree((trees.File(f"{name}.cu", source, None),), bases, flags, key_flags)
-        identity, build = _nvcc_plan(tree, archs, output, name, cache.facts.get("cuda.nvcc"))
+        identity, build = _nvcc_plan(tree, archs, output, name, cache.facts.get("cuda.nvcc"), cache.store.trust.ok)
     elif compiler == "nvrtc":
         if output == "fatbin":
             raise AbicacheError("NVRTC produces cubin or PTX, not fatbins; use compiler='nvcc'")
@@ -97,7 +97,8 @@ def _target_cache(cache: Cache, archs: list[str], identity: str) -> Cache:
     return cache.for_target(overrides)
 
 
-def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, identity: str | None):
+def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, identity: str | None,
+               trust: Callable[[os.stat_result], bool]):
     from ..env import probes
 
     nvcc = probes.nvcc_path()
@@ -123,7 +124,7 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
             src = Path(scratch) / tree.files[0].name
             src.write_bytes(tree.files[0].code.encode("utf-8", "surrogateescape"))  # the bytes it was read as
             dfile = Path(scratch) / "deps.d"
-            with observe.watching(observe.library(tools), scratch) as session:
+            with observe.watching(observe.library(tools, trusted=trust), scratch) as session:
                 run_compiler([str(nvcc), f"-{output}", *arch_flags, *tree.flags, str(src), "-o",
                               str(out / filename), "-MD", "-MF", str(dfile)], Path(os.getcwd()),
                              f"CUDA {output} {name}",

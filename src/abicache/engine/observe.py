@@ -18,7 +18,7 @@ import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 
 SOURCE = Path(__file__).with_name("observe.c")
 LIBRARY = "libabicache_observe.so"
@@ -88,11 +88,13 @@ def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
 _built: dict[str, Path | None] = {}
 
 
-def library(tools: Path, compiler: Sequence[str] = ("cc",)) -> Path | None:
+def library(tools: Path, compiler: Sequence[str] = ("cc",),
+            trusted: Callable[[os.stat_result], bool] | None = None) -> Path | None:
     """The observer library of this store, compiled on first use with the C
-    compiler (a plain `cc` where $CC is a wrapper's command line); None
-    where it cannot be built or loaded (it is then not used: the engine
-    falls back to depfiles)."""
+    compiler; None where it cannot be built or loaded, or where it or its
+    folder could have been written by another user (trusted: the store's
+    owner and mode check): it runs in every compiler process. Without it the
+    engine falls back to depfiles."""
     from .. import config
 
     if os.name != "posix" or not config.flag("ABICACHE_OBSERVE"):
@@ -104,8 +106,24 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",)) -> Path | None:
         return known  # type: ignore[return-value]
     target = folder / LIBRARY
     found = target if target.is_file() else _compile(source, folder, compiler)
+    if found is not None and trusted is not None and not _owned(found, trusted):
+        import warnings
+
+        from ..errors import AbicacheWarning
+
+        warnings.warn(f"abicache: {found} (or its folder) could have been written by another user; it is not "
+                      "preloaded into compilers, and only dependency files are recorded. Remove that folder.",
+                      AbicacheWarning, stacklevel=3)
+        found = None
     _built[str(folder)] = found
     return found
+
+
+def _owned(path: Path, trusted: Callable[[os.stat_result], bool]) -> bool:
+    try:
+        return all(trusted(os.lstat(p)) for p in (path, path.parent))
+    except OSError:
+        return False
 
 
 def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> Path | None:

@@ -82,7 +82,7 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
         elif hasattr(item, "__fspath__"):
             paths.append(roots.normal(os.fspath(item), cwd))
         elif isinstance(item, Mapping):
-            files += [File(str(k), str(v), None) for k, v in item.items()]
+            files += [File(_inline_name(k), str(v), None) for k, v in item.items()]
         else:
             raise AbicacheError(f"source {i} is a {type(item).__name__}; pass str code, a Path or a dict")
     bases: dict[str, str] = {"cwd": cwd}
@@ -97,6 +97,17 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
         raise AbicacheError(f"no source to compile ({', '.join(compiled)}) among " + ", ".join(names))
     flags, key_flags = include_bases(include_flags, bases)
     return Tree(tuple(files), bases, flags, key_flags)
+
+
+def _inline_name(name: object) -> str:
+    """A {name: code} source's name: a relative path that stays in the scratch
+    folder it is written to (an absolute one or '..' would write elsewhere)."""
+    text = str(name)
+    parts = text.split("/")
+    if not text or text.startswith("/") or "\0" in text or any(p in ("", ".", "..") for p in parts):
+        raise AbicacheError(f"source name {text!r} must be a relative path such as 'kernels/add.cpp' "
+                            "(no leading '/', no empty, '.' or '..' parts): it is written into a scratch folder")
+    return text
 
 
 def _inside(path: str, top: str) -> str:

@@ -70,7 +70,8 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> BuildResult:
 def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[], Sequence[str]]) -> BuildResult:
     tools = cache.store.layout.tools
     with _scratch() as scratch:
-        ctx = _Context(covered, scratch, (scratch, str(cache.root)), observe.library(tools), tools)
+        ctx = _Context(covered, scratch, (scratch, str(cache.root)),
+                       observe.library(tools, trusted=cache.store.trust.ok), tools)
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
         if len(units) == 1 and not _is_cuda(units[0]) and job.embed is None:
