@@ -272,3 +272,13 @@ def test_ls_fits_an_80_column_terminal(root: Path, monkeypatch) -> None:
     row = next(line for line in lines if "cc.library" in line)
     assert "variant" not in screen.getvalue() and re.search(r"platform \(\d\)", row)
     assert all(len(line) <= 80 for line in lines) and "KiB" in row and "ago" in row  # one line per entry
+
+
+def test_env_flags_a_bad_observer_or_check_setting(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s"),
+           "ABICACHE_OBSERVE": "maybe", "ABICACHE_CHECK": "often"}
+    shown = subprocess.run([sys.executable, "-m", "abicache.cli.main", "env", "--json"], capture_output=True,
+                           text=True, env=env, timeout=120)
+    assert shown.returncode == 1
+    problems = json.loads(shown.stdout)["problems"]
+    assert set(problems) == {"ABICACHE_OBSERVE", "ABICACHE_CHECK"} and "whole number" in problems["ABICACHE_CHECK"]

@@ -22,6 +22,8 @@ def problems() -> dict[str, str]:
         "ABICACHE_REMOTE_LEASE": lambda: config.seconds("ABICACHE_REMOTE_LEASE"),
         "ABICACHE_EXPLAIN": lambda: config.flag("ABICACHE_EXPLAIN"),
         "ABICACHE_PROGRESS": lambda: config.tristate("ABICACHE_PROGRESS"),
+        "ABICACHE_OBSERVE": lambda: config.flag("ABICACHE_OBSERVE"),
+        "ABICACHE_CHECK": _every,
         "ABICACHE_SHARED": lambda: group_setting(config.text("ABICACHE_SHARED")),
         "ABICACHE_REMOTE": _remote,
     }
@@ -32,6 +34,12 @@ def problems() -> dict[str, str]:
         except ConfigError as exc:
             found[name] = str(exc)
     return found
+
+
+def _every() -> None:
+    text = config.text("ABICACHE_CHECK")
+    if text and not text.isdigit():
+        raise ConfigError(f"ABICACHE_CHECK={text!r} is not a whole number; set N to check one hit in N (0: never)")
 
 
 def _remote() -> None:
