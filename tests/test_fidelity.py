@@ -134,6 +134,18 @@ def test_a_header_found_through_an_include_variable(variable: str, proj: Path, t
     assert fresh(store, ["src/x.cpp"], cwd=proj, env={variable: str(one)})["origin"] == "local"
 
 
+def test_cpath_changed_in_one_process_rebuilds(proj: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    write(one / "v.h", header(1))
+    write(two / "v.h", header(2))
+    monkeypatch.chdir(proj)
+    cache = Cache(tmp_path / "store")
+    monkeypatch.setenv("CPATH", str(one))
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    monkeypatch.setenv("CPATH", str(two))
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+
+
 def test_c_include_path_steers_a_c_source(tmp_path: Path) -> None:
     proj = tmp_path / "proj"
     write(proj / "x.c", '#include "v.h"\nint f(void) { return VALUE; }\n')
