@@ -95,7 +95,8 @@ def cases(work: Path) -> list[Case]:
              [], [], {}, lambda p: ((p / "data.bin").write_bytes(b"\x02"), {})[1], 2),
         Case("SOURCE_DATE_EPOCH (__DATE__'s year)", {"x.cpp": 'extern "C" int f() { return __DATE__[10] - \'0\'; }\n'},
              [], [], {"SOURCE_DATE_EPOCH": "1000000000"}, lambda p: {"SOURCE_DATE_EPOCH": "1234567890"}, 9),
-        Case("LIBRARY_PATH: another archive", {"x.cpp": 'extern "C" int value();\nextern "C" int f() { return value(); }\n'},
+        Case("LIBRARY_PATH: another archive",
+             {"x.cpp": 'extern "C" int value();\nextern "C" int f() { return value(); }\n'},
              [], ["-lvalue"], {"LIBRARY_PATH": str(lib1)}, lambda p: {"LIBRARY_PATH": str(lib2)}, 2, links_only=True),
     ]
 
