@@ -105,6 +105,28 @@ def test_compiler_identity_is_memoized_on_disk_by_stat(tmp_path: Path, monkeypat
     assert calls.read_text().count("call") == 2
 
 
+@pytest.mark.parametrize("planted", ["writable by others", "another user's"])
+def test_a_memo_another_user_could_have_written_is_not_believed(planted: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler identity memo steers every key: one planted in tools/ (a store an
+    older version left open) must not name the compiler, even after the store is repaired."""
+    exe = _fake_compiler(tmp_path / "bin", "1.0")
+    monkeypatch.setenv("CXX", str(exe))
+    memo = tmp_path / "memo"
+    toolid._memo.clear()
+    assert Facts(memo_dir=memo).get("compiler.cxx") == "fakecc version 1.0 target=x86_64-test-linux"
+    [record] = memo.glob("*.json")
+    record.write_text(record.read_text().replace("fakecc version 1.0", "planted version 9"))
+    if planted == "writable by others":
+        record.chmod(0o666)
+    else:
+        if os.getuid() != 0:
+            pytest.skip("giving the memo to another user needs root")
+        os.chown(record, 65534, 65534)  # nobody
+    toolid._memo.clear()
+    assert Facts(memo_dir=memo).get("compiler.cxx") == "fakecc version 1.0 target=x86_64-test-linux"
+
+
 def test_compiler_identity_has_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = _fake_compiler(tmp_path / "a", "1.0")
     b = tmp_path / "elsewhere" / "fakecc"

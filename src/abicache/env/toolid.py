@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -140,7 +141,9 @@ def _read_record(record: Path | None, stamp: tuple[Any, ...]) -> str | None:
     if record is None:
         return None
     try:
-        with open(record, "rb") as file:
+        with open(record, "rb", opener=_no_follow) as file:
+            if not _believed(os.fstat(file.fileno()), os.stat(record.parent)):
+                return None  # another user's (a store an older version left open): computed again
             data = json.loads(file.read())
     except (OSError, ValueError):
         return None
@@ -153,13 +156,30 @@ def _read_record(record: Path | None, stamp: tuple[Any, ...]) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+def _believed(st: os.stat_result, folder: os.stat_result) -> bool:
+    """A memo steers keys (a compiler's identity): believed only where this user
+    (or root) wrote it and nobody else can rewrite it, or, in a shared store
+    (ABICACHE_SHARED: setgid folders), a member of its group did."""
+    if os.name != "posix" or st.st_mode & stat.S_IWOTH:
+        return os.name != "posix"
+    if st.st_uid in (os.getuid(), 0) and not st.st_mode & stat.S_IWGRP:
+        return True
+    return bool(folder.st_mode & stat.S_ISGID) and st.st_gid == folder.st_gid and not folder.st_mode & stat.S_IWOTH
+
+
 def _write_record(record: Path | None, stamp: tuple[Any, ...], value: str) -> None:
     if record is None:
         return
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
         tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"stamp": list(stamp), "value": value}))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w") as out:  # 0644 whatever the umask allows more: _believed reads it
+            out.write(json.dumps({"stamp": list(stamp), "value": value}))
         os.replace(tmp, record)
     except OSError:
         pass  # a memo we cannot write only costs a subprocess next time
