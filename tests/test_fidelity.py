@@ -563,3 +563,16 @@ def test_an_inline_source_name_cannot_leave_the_scratch_folder(name: str, tmp_pa
 
     with pytest.raises(AbicacheError, match="relative path"):
         cc.build_library("x", {name: 'extern "C" int f() { return 1; }'}, cache=Cache(tmp_path / "s"))
+
+
+def test_entries_recorded_before_the_observer_are_not_taken(tmp_path: Path) -> None:
+    """Every engine-built key names the record scheme: an entry of an older abicache
+    (no missing paths, no system headers recorded) is another key, never a hit."""
+    from abicache.engine import steer
+
+    for plan in (cc.library_plan("x", ['extern "C" int f() { return 1; }']),
+                 cc.library_plan("x", ['extern "C" int f() { return 1; }'], lang="c++"),
+                 cc.module_plan("m", ["int x;"], abi3="3.10")):
+        assert ("record", steer.RECORD) in plan.inputs.extra
+    auto = cc.library_plan("x", ['extern "C" int f() { return 1; }'])
+    assert auto.inputs == cc.library_plan("x", ['extern "C" int f() { return 1; }'], lang="c++").inputs

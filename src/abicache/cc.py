@@ -178,7 +178,7 @@ def library_plan(
     tail = (*soname, *ldflags)
     job = _job(f"library {name}", tree, lang, ("-fPIC", "-O2"), ("-fPIC", "-O2"), ("-shared",), tail, filename)
     inputs = Inputs.make(tree.key_sources(), flags=["-shared", "-fPIC", "-O2", *tree.key_flags, "|", *tail],
-                         tools=_tools(job), extra={"lang": lang or "auto", **dict(job.steer)})
+                         tools=_tools(job), extra={"lang": _key_lang(job), **dict(job.steer)})
     recipe = _recipe("cc.library", name, sources, lang=lang, cflags=list(cflags), ldflags=list(ldflags))
     return Plan("cc.library", name, inputs, None, bases=tree.bases, job=job, recipe=recipe)
 
@@ -229,6 +229,11 @@ def _job(what: str, tree: trees.Tree, lang: str | None, cflags: tuple[str, ...],
     commands = (("cxx", cxx), ("cc", cc)) if c_units else ((("cc" if lang == "c" else "cxx"), main),)
     return Job(what, main, tool, lang, tree, cflags, key_cflags, link, tail, filename, covered,
                c_compiler=cc if c_units else (), steer=tuple(sorted(steer.key_extra(*commands, cuda=False).items())))
+
+
+def _key_lang(job: Job) -> str:
+    """The languages the units compile in: lang=None over .cpp files is the same build as lang="c++"."""
+    return f"{job.lang}+c" if job.c_compiler else job.lang
 
 
 def _tools(job: Job) -> list[str]:
@@ -410,7 +415,7 @@ def module_plan(
                ("-shared",), tuple(ldflags), filename, covered=tuple(f[2:] for f in include))
     flags = ["-shared", "-fPIC", "-O2", *defines, *tree.key_flags, "|", *ldflags]
     inputs = Inputs.make(tree.key_sources(), flags=flags, tools=_tools(job),
-                         extra={"lang": lang, **extra, **dict(job.steer)})
+                         extra={"lang": _key_lang(job), **extra, **dict(job.steer)})
     recipe = _recipe("cc.module", name, sources, lang=lang, abi3=abi3, cflags=list(cflags), ldflags=list(ldflags))
     return Plan("cc.module", name, inputs, None, tuple(declared), bases=tree.bases, job=job, recipe=recipe)
 

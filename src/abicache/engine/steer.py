@@ -74,12 +74,19 @@ def compiler_flags(words: Sequence[str]) -> tuple[str, ...]:
     return tuple(words[compiler_at(words) + 1:])
 
 
+#: what an engine-built entry records of its build (engine/record.py). Entries made
+#: before the observer recorded neither missing paths nor system headers: a new key,
+#: so they are never taken for what a fresh build would make.
+RECORD = "observed-1"
+
+
 def key_extra(*commands: tuple[str, Sequence[str]], cuda: bool = True) -> dict[str, str]:
     """What the key holds of the compiler commands and the environment, beyond
-    the tools' identities: the words after each compiler, and each steering
-    variable that is set (nothing for a plain `c++` in a plain environment,
-    so such keys stay as they were); nvcc's variables only where nvcc runs."""
-    out = {f"{name}.words": " ".join(compiler_flags(words)) for name, words in commands if compiler_flags(words)}
+    the tools' identities: the scheme of the entry's record (RECORD), the
+    words after each compiler, and each steering variable that is set;
+    nvcc's variables only where nvcc runs."""
+    out = {"record": RECORD}
+    out.update({f"{name}.words": " ".join(compiler_flags(words)) for name, words in commands if compiler_flags(words)})
     out.update({f"env.{name}": value for name, value in environment() if cuda or name not in NVCC_ONLY})
     return out
 
