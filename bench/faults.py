@@ -7,6 +7,7 @@ unrecoverable keys; exits 1 if any count but the first two is not zero.
 
     python bench/faults.py                    # the full run (under 15 minutes on 2 cores)
     python bench/faults.py --quick            # a few trials of each
+    python bench/faults.py --only fleet       # only the fleet rows (bench/fleet_faults.py)
     ABICACHE_TEST_BROKEN_PUBLISH=1 python bench/faults.py --quick
                                               # publish by copying: the harness must report failures
 """
@@ -32,6 +33,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 RESULTS = ROOT / "bench" / "results"
 
 import attacks  # noqa: E402
+import fleet_faults as fleet  # noqa: E402
 import faultlib  # noqa: E402
 import servers  # noqa: E402
 from abicache import Cache, remote as remote_mod  # noqa: E402
@@ -279,6 +281,7 @@ def one_remote_fault(work: Path, url: str, raw: object, fault: str, row: Row) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few trials of each kind")
+    parser.add_argument("--only", metavar="TEXT", help="only the rows whose name contains TEXT (e.g. fleet)")
     args = parser.parse_args()
     scale = 0.05 if args.quick else 1.0
     os.environ["ABICACHE_PROGRESS"] = "0"
@@ -294,7 +297,20 @@ def main() -> int:
         (Row("slow-drip Redis (1 byte/s)"), attacks.slow_drip(work, max(1, int(3 * scale)))),
         (Row("broken states recover"), attacks.unrecoverable(work, max(1, int(5 * scale)))),
         (Row("oversize remote values (memory)"), attacks.remote_memory(work, 256 << 20 if scale == 1 else 64 << 20)),
+        (Row("fleet: a holder's build hangs (S3, Redis)"), fleet.stuck_lease(work)),
+        (Row("fleet: a forged lease, signed fleet"), fleet.forged_lease(work)),
+        (Row("fleet: a build failing on 4 machines"), fleet.failing_build(work)),
+        (Row("fleet: clocks 3 minutes apart"), fleet.skewed_clock(work)),
+        (Row("fleet: variant flood, Redis"), fleet.variant_flood(work, "redis", 256 if scale == 1 else 32)),
+        (Row("fleet: variant flood, S3"), fleet.variant_flood(work, "s3", 256 if scale == 1 else 32)),
+        (Row("fleet: gc during a link"), fleet.gc_during_link(work, max(2, int(8 * scale)))),
+        (Row("fleet: prune during a publish"), fleet.prune_during_publish(work)),
+        (Row("fleet: planted tools/ memo"), fleet.planted_memo(work)),
+        (Row("fleet: hostile inline source names"), fleet.hostile_inline_names(work)),
+        (Row("fleet: remote extra not installed"), fleet.missing_extra(work)),
     ]
+    if args.only:
+        plan = [(row, fn) for row, fn in plan if args.only.lower() in row.kind.lower()]
     rows = []
     for row, fn in plan:
         print(f"faults: {row.kind} ...", file=sys.stderr, flush=True)

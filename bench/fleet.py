@@ -10,7 +10,10 @@ Runs, side by side in one go:
 - shared remote (the default): builds must equal K;
 - the server killed (SIGKILL) and frozen (SIGSTOP) half-way through the time the
   shared run took:
-  every machine must finish, from its own builds.
+  every machine must finish, from its own builds;
+- one machine's compiler hung (its first compiler process gets SIGSTOP: alive,
+  lease renewed, no progress): every other machine must finish within the
+  shared run's time plus ABICACHE_LEASE_STUCK (60 s) and a margin.
 
 Reported per run: builds, wrong loads (a library returning another's value),
 bytes moved up and down, p50/p99 time from asking to a called function, the
@@ -84,8 +87,9 @@ def node(root: str, url: str, seed: int, k: int, start_at: float) -> None:
 
 
 def run(label: str, work: Path, url: str, nodes: int, k: int, env: dict[str, str],
-        stop: tuple[object, int, float] | None = None) -> dict:
-    """One run of the whole fleet; stop = (server process, signal, fraction of the way in)."""
+        stop: tuple[object, int, float] | None = None, hang: bool = False) -> dict:
+    """One run of the whole fleet; stop = (server process, signal, fraction of the way in);
+    hang: machine 0's first compiler is stopped, and machine 0 left out of the results."""
     start_at = time.time() + 1.5  # after every interpreter has started
     procs = [subprocess.Popen([sys.executable, __file__, "--node", str(work / label / f"m{n}"), url, str(n), str(k),
                                str(start_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -94,14 +98,62 @@ def run(label: str, work: Path, url: str, nodes: int, k: int, env: dict[str, str
         proc, sig, seconds = stop
         time.sleep(max(0.0, start_at - time.time()) + seconds)
         os.kill(proc.pid, sig)  # type: ignore[attr-defined]
+    hung = _hang_first_compiler(procs[0].pid) if hang else None
     outs = []
-    for p in procs:
+    for p in procs[1:] if hang else procs:
         out, err = p.communicate(timeout=900)
         if p.returncode != 0:
             outs.append({"failed": err[-2000:]})
         else:
             outs.append(json.loads(out.strip().splitlines()[-1]))
+    if hang:
+        procs[0].kill()
+        procs[0].communicate()
+        if hung is not None and not hung.is_set():
+            outs.append({"failed": "machine 0's compiler was never caught to be stopped"})
     return summarize(label, outs, k)
+
+
+def _hang_first_compiler(pid: int) -> object:
+    """SIGSTOP the first compiler process below pid, from a thread; its Event is set once done."""
+    import threading
+
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for child in _descendants(pid):
+                try:
+                    name = Path(f"/proc/{child}/comm").read_text().strip()
+                except OSError:
+                    continue
+                if name in ("cc1plus", "cc1"):
+                    os.kill(child, signal.SIGSTOP)
+                    done.set()
+                    return
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return done
+
+
+def _descendants(pid: int) -> list[int]:
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_bytes()
+            except OSError:
+                continue
+            parents[int(name)] = int(stat[stat.rfind(b")") + 2:].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        up = frontier.pop()
+        kids = [p for p, parent in parents.items() if parent == up]
+        found += kids
+        frontier += kids
+    return found
 
 
 def summarize(label: str, outs: list[dict], k: int) -> dict:
@@ -142,6 +194,8 @@ def main() -> int:
         with servers.seaweedfs_s3() as endpoint:
             results.append(run(label, work, servers.s3_url(endpoint), n, k, {**quiet, **env}))
     shared_wall = results[-1]["slowest_machine_s"] or 1.0
+    with servers.seaweedfs_s3() as endpoint:  # the others wait ABICACHE_LEASE_STUCK (60 s), then build it
+        results.append(run("one machine's compiler hung", work, servers.s3_url(endpoint), n, k, quiet, hang=True))
     for label, sig in (("server killed mid-run", signal.SIGKILL), ("server frozen mid-run", signal.SIGSTOP)):
         with servers.seaweedfs_server() as (endpoint, proc):
             try:
@@ -153,7 +207,10 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "fleet.json").write_text(json.dumps({"nodes": n, "artifacts": k, "runs": results}, indent=1))
     shared = next(r for r in results if r["run"] == "shared")
-    bad = [r["run"] for r in results if r["wrong_loads"] or r["finished"] != n or r["errors"]]
+    bad = [r["run"] for r in results if r["wrong_loads"] or r["finished"] != r["machines"] or r["errors"]]
+    hung = next(r for r in results if r["run"] == "one machine's compiler hung")
+    if (hung["slowest_machine_s"] or 1e9) > shared_wall + 60 + 30:  # the stuck time, and a margin
+        bad.append(f"{hung['run']}: the others took {hung['slowest_machine_s']:.0f} s")
     if shared["builds"] != k or bad:
         print(f"fleet: FAILED (shared run built {shared['builds']} of K={k}; runs with a wrong load or an "
               f"unfinished machine: {bad or 'none'})", file=sys.stderr)

@@ -85,6 +85,15 @@ class Raw:
         else:
             self.client.hset(f"{self.prefix}:v1:m:{kind}:{key}", variant, data)
 
+    def put_odd_manifest_name(self) -> None:
+        """Names another tool (or a hostile writer) could leave: not kind/key/variant, not UTF-8."""
+        if self.is_s3:
+            for name in ("v1/entries/only-two/parts", "v1/entries/a/b/c/d", "v1/entries/k/%ff%fe/v"):
+                self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(name), Body=b"{}")
+        else:
+            self.client.hset(f"{self.prefix}:v1:m:test:" .encode() + b"\xff\xfe", b"\xff", b"{}")
+            self.client.hset(f"{self.prefix}:v1:m:short", "v", b"{}")
+
     def count_manifests(self) -> int:
         if self.is_s3:
             listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/entries/"))

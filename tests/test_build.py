@@ -188,6 +188,33 @@ def test_editing_one_of_eight_sources_compiles_one(tmp_path: Path, counted: Path
     assert sum(1 for line in counted.read_text().splitlines() if " -shared " in f" {line} ") == 1  # one link
 
 
+def test_gc_while_a_build_links_leaves_the_objects_it_handed_over(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`abicache gc --max-size 0` runs (as documented: beside running processes) just as a
+    rebuild's linker starts: the object entries handed to that linker stay until it is done."""
+    paths = _eight(tmp_path / "p")
+    store = tmp_path / "store"
+    gc_log = tmp_path / "gc.json"
+    wrapper = tmp_path / "gc-then-c++"
+    wrapper.write_text(f"""#!/bin/sh
+case " $* " in *" -c "*) ;; *) PYTHONPATH={SRC} {sys.executable} -m abicache gc --max-size 0 --root {store} \\
+    --json > {gc_log} ;; esac
+exec c++ "$@"
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    flags = [f"-I{tmp_path / 'p' / 'inc'}"]
+    cc.load_library("eight", paths, cflags=flags, cache=Cache(store))
+    paths[5].write_text('#include "other.h"\nextern "C" int f5() { return 500; }\n')
+    lib = cc.load_library("eight", paths, cflags=flags, cache=Cache(store))  # 7 object hits, gc at the link
+    assert lib.f5() == 500 and lib.f4() == 5
+    import json
+
+    report = json.loads(gc_log.read_text())
+    assert report["in_use"] >= 7, report  # the seven objects the linker was given were left alone
+    assert report["entries_removed"] >= 1  # and gc did evict what nobody used (the first build's library)
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_no_more_than_max_jobs_compilers_run_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       jobs: str) -> None:
@@ -378,6 +405,36 @@ def test_torch_load_rebuilds_on_a_header_edit(project: Path, tmp_path: Path, mon
 
 
 # ---- depfiles ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("observe", ["1", "0"])
+def test_header_names_with_a_tab_or_a_line_break_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      observe: str) -> None:
+    """A tab is spelled in a dependency file, a line break is not: the first is recorded (a
+    hit next time), the second builds and loads but is not cached, with a warning; neither crashes."""
+    import warnings
+
+    monkeypatch.setenv("ABICACHE_OBSERVE", observe)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "we\tird.h").write_text("#define V 3\n")
+    (tmp_path / "lib.cpp").write_text('#include "we\tird.h"\nextern "C" int v() { return V; }\n')
+    cache = Cache(tmp_path / "store")
+    assert cc.load_library("tab", [Path("lib.cpp")], cflags=["-Iinc"], cache=cache).v() == 3
+    assert cc.load_library("tab", [Path("lib.cpp")], cflags=["-Iinc"], cache=Cache(tmp_path / "store")).v() == 3
+    assert len(cache.store.keys_named("cc.library", "tab")) == 1
+    (tmp_path / "inc" / "we\tird.h").write_text("#define V 4\n")
+    assert cc.load_library("tab", [Path("lib.cpp")], cflags=["-Iinc"], cache=Cache(tmp_path / "store")).v() == 4
+    odd = tmp_path / "d\nir"
+    odd.mkdir()
+    (odd / "w.h").write_text("#define W 5\n")
+    (tmp_path / "nl.cpp").write_text('#include "w.h"\nextern "C" int w() { return W; }\n')
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        lib = cc.load_library("nl", [Path("nl.cpp")], cflags=[f"-I{odd}"], cache=Cache(tmp_path / "store"))
+    assert lib.w() == 5
+    assert any("line break" in str(w.message) and "not cached" in str(w.message) for w in said), \
+        [str(w.message) for w in said]
 
 
 def test_depfile_syntax(tmp_path: Path) -> None:

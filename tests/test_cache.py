@@ -117,6 +117,23 @@ def test_unusable_builder_output_is_refused(cache: Cache, build, message: str) -
         cache.get_or_build("t", "x", INPUTS, build)
 
 
+def test_a_builder_that_replaces_its_output_folder_with_a_link_is_refused(cache: Cache, tmp_path: Path) -> None:
+    """The folder outside (the link's target) is neither published nor chmod'ed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "lib.so").write_text("not the builder's")
+    (outside / "lib.so").chmod(0o640)
+
+    def swap(out: Path) -> None:
+        out.rmdir()
+        os.symlink(outside, out)
+
+    with pytest.raises(BuildError, match="replaced its output directory"):
+        cache.get_or_build("t", "x", INPUTS, swap)
+    assert list(cache.store.iter_variant_dirs()) == []
+    assert stat.S_IMODE((outside / "lib.so").stat().st_mode) == 0o640 and (outside / "lib.so").exists()
+
+
 def _plant_manifest(path: Path, doc: object | bytes) -> None:
     manifest = path / "manifest.json"
     manifest.chmod(0o644)

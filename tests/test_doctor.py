@@ -77,3 +77,21 @@ def test_doctor_never_suggests_deleting_what_is_not_a_cache_entry(tmp_path: Path
     report = json.loads(abicache("doctor", "--json", "--assume", "gpu.arch=sm_80", str(tmp_path / "np"),
                                  env=env).stdout)
     assert [u["delete"] for u in report["unsafe"]] == [None]
+
+
+def test_doctor_quotes_the_folders_it_suggests_deleting(tmp_path: Path) -> None:
+    """A cache folder's name can hold a space, ';', '$' or '~': the suggested command
+    deletes exactly that folder when pasted into a shell."""
+    import shlex
+
+    root = torch_root()
+    odd = tmp_path / "torch_extensions" / "py311_cpu" / "~stale ext;$HOME"
+    odd.mkdir(parents=True)
+    gxx(STALE_TORCH, odd / "stale_ext.so", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0",
+        "-isystem", str(root / "include"))
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions"), "TRITON_CACHE_DIR": str(tmp_path / "none"),
+           "TVM_FFI_CACHE_DIR": str(tmp_path / "none"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "none"),
+           "HOME": str(tmp_path)}
+    text = abicache("doctor", env=env).stdout
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("rm -rf")]
+    assert [shlex.split(line) for line in lines] == [["rm", "-rf", "--", str(odd)]], text

@@ -40,6 +40,20 @@ def _torch() -> None:
         pytest.skip("torch is not installed (bash scripts/bootstrap.sh installs the CPU wheel)")
 
 
+def test_the_start_up_hook_imports_nothing_but_itself() -> None:
+    """Every Python process of a user who set ABICACHE_DROPIN runs the hook, torch user or
+    not: it may add abicache's package (its version only) and the hook, nothing else (it
+    added about 70 ms: the cache, typing, pathlib... when they are not already loaded)."""
+    code = ("import os, sys; before = set(sys.modules); "
+            "os.environ.get('ABICACHE_DROPIN') and __import__('abicache.dropin').dropin.arm(); "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DROPIN": "torch,tvm_ffi"})
+    assert done.returncode == 0, done.stderr
+    added = set(done.stdout.split())
+    assert added <= {"abicache", "abicache._version", "abicache.dropin", "__future__"}, added
+
+
 def test_arm_patches_the_module_when_it_is_imported(tmp_path: Path) -> None:
     """Nothing is imported up front; the name imported afterwards is abicache's."""
     _torch()

@@ -27,6 +27,17 @@ def _fresh_tier_state() -> None:
     remote_mod.reset()
 
 
+@pytest.fixture
+def signing(tmp_path: Path) -> tuple[str, str]:
+    """(ABICACHE_SIGNING_KEY, ABICACHE_TRUSTED_KEYS) of a fleet that signs."""
+    from abicache.remote import keys
+
+    key = tmp_path / "keys" / "ci.key"
+    key.parent.mkdir()
+    keys.write_pair(key)
+    return str(key), str(key.with_name("ci.key.pub"))
+
+
 def node(tmp_path: Path, url: str, who: str, seconds: float, *, fail: bool = False, start_at: float = 0.0,
          **env: str) -> subprocess.Popen[str]:
     argv = [sys.executable, NODE, str(tmp_path / who), url, "thing", str(seconds), str(tmp_path / "builds.log"),
@@ -57,6 +68,12 @@ def lease_of(url: str) -> tuple[bytes, object] | None:
     cache = Cache("/nonexistent-unused", remote=url)
     key = cache.key_for("test", "thing", _inputs())[0]
     return cache.remote.backend().read_lease("test", key)
+
+
+def _mallory(tmp_path: Path, url: str) -> tuple[str, object]:
+    """(the key lease_node builds, a client of the remote): what anyone who can write it has."""
+    cache = Cache(tmp_path / "mallory", remote=url)
+    return cache.key_for("test", "thing", _inputs())[0], cache.remote.backend()
 
 
 def _inputs():  # type: ignore[no-untyped-def]
@@ -112,22 +129,124 @@ def test_a_killed_holder_is_taken_over_after_the_lease_time(tmp_path: Path, remo
     assert got["seconds"] >= 2.0, "taken over before the lease time passed"
 
 
-def test_a_failed_build_releases_the_lease_at_once(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+def test_a_failed_build_is_reported_to_the_waiters_not_built_again(tmp_path: Path,
+                                                                    remote: tuple[str, Raw]) -> None:
     url, _ = remote
     holder = node(tmp_path, url, "A", 1.0, fail=True)  # the default lease time: 30 s
     wait_for_builds(tmp_path, 1)
     waiter = node(tmp_path, url, "B", 0.1)
     failed, got = result(holder), result(waiter)
     assert "fails on purpose" in failed["error"]
-    assert got["origin"] == "built" and got["seconds"] < 15, got
+    assert "fails on purpose" in got["error"] and "ABICACHE_RETRY_FAILED" in got["error"], got
+    assert got["seconds"] < 15 and len(builds(tmp_path)) == 1
+    later = result(node(tmp_path, url, "C", 0.1))  # a machine that comes after: the same error, no build
+    assert "fails on purpose" in later["error"] and len(builds(tmp_path)) == 1
+    again = result(node(tmp_path, url, "A", 0.1, fail=True))  # the machine that failed tries again itself
+    assert "fails on purpose" in again["error"] and "moments ago" not in again["error"]
+    assert len(builds(tmp_path)) == 2
+    retried = result(node(tmp_path, url, "D", 0.1, ABICACHE_RETRY_FAILED="1"))
+    assert retried["origin"] == "built" and len(builds(tmp_path)) == 3
 
 
-def test_a_lease_renewed_long_ago_is_taken_over_without_waiting(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+def test_a_fleet_whose_build_fails_fails_it_once(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """Four machines, a 2 s failing build: one build, every error within about one build time."""
+    url, _ = remote
+    start_at = time.time() + 2.0
+    procs = [node(tmp_path, url, f"m{i}", 2.0, fail=True, start_at=start_at) for i in range(4)]
+    got = [result(p) for p in procs]
+    assert len(builds(tmp_path)) == 1, got
+    assert all("fails on purpose" in g["error"] for g in got), got
+    assert max(g["seconds"] for g in got) < 2.0 + 8.0, got
+
+
+def test_a_forged_failure_record_is_not_believed_in_a_signed_fleet(tmp_path: Path, remote: tuple[str, Raw],
+                                                                   signing: tuple[str, str]) -> None:
+    url, _ = remote
+    private, public = signing
+    key, backend = _mallory(tmp_path, url)
+    forged = json.dumps({"kind": "test", "key": key, "what": "test thing", "host": "mallory", "pid": 1,
+                         "type": "BuildError", "error": "planted", "seconds": 1}).encode()
+    backend.put_failure("test", key, forged, 600)
+    unsigned = result(node(tmp_path, url, "B", 0.1))  # without signatures the record is believed
+    assert "planted" in unsigned.get("error", ""), unsigned
+    got = result(node(tmp_path, url, "C", 0.1, ABICACHE_SIGNING_KEY=private, ABICACHE_TRUSTED_KEYS=public))
+    assert got.get("origin") == "built", got
+
+
+def test_a_hung_holder_does_not_stall_the_fleet(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """The holder is alive and renews its lease, but its build is asleep (no CPU time):
+    after ABICACHE_LEASE_STUCK the waiter builds it itself."""
+    url, _ = remote
+    fast = {"ABICACHE_REMOTE_LEASE": "1.5", "ABICACHE_LEASE_STUCK": "4"}
+    holder = node(tmp_path, url, "A", 120.0, **fast)
+    try:
+        wait_for_builds(tmp_path, 1)
+        got = result(node(tmp_path, url, "B", 0.1, **fast), timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert got["origin"] == "built" and 4.0 <= got["seconds"] < 15, got
+
+
+def test_a_holder_that_burns_cpu_is_not_stuck(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """Progress is CPU time in the build's processes: a compiler working for longer than
+    ABICACHE_LEASE_STUCK is waited for."""
+    url, _ = remote
+    fast = {"ABICACHE_REMOTE_LEASE": "3", "ABICACHE_LEASE_STUCK": "4"}  # renewed each second: slack for a busy CI
+    holder = node(tmp_path, url, "A", 10.0, LEASE_NODE_BURN="1", **fast)
+    wait_for_builds(tmp_path, 1)
+    got = result(node(tmp_path, url, "B", 0.1, **fast), timeout=60)
+    assert result(holder)["origin"] == "built"
+    assert got["origin"] == "remote" and len(builds(tmp_path)) == 1, got
+
+
+def test_a_forged_lease_in_a_signed_fleet_is_ignored(tmp_path: Path, remote: tuple[str, Raw],
+                                                     signing: tuple[str, str]) -> None:
+    url, _ = remote
+    private, public = signing
+    key, backend = _mallory(tmp_path, url)
+    forged = json.dumps({"kind": "test", "key": key, "owner": "mallory", "host": "elsewhere", "pid": 1,
+                         "what": "test thing", "beat": 1, "progress": 1.0, "expect": 0, "ttl": 30}).encode()
+    assert backend.put_lease("test", key, forged, 30.0, None) is not None
+    got = result(node(tmp_path, url, "B", 0.1, ABICACHE_SIGNING_KEY=private, ABICACHE_TRUSTED_KEYS=public))
+    assert got["origin"] == "built" and got["seconds"] < 10, got
+
+
+def test_a_holder_with_a_clock_minutes_behind_is_waited_for(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 4.0, LEASE_NODE_SKEW="-180", LEASE_NODE_BURN="1")
+    wait_for_builds(tmp_path, 1)
+    waiter = node(tmp_path, url, "B", 0.1, LEASE_NODE_SKEW="180")
+    got, held = result(waiter), result(holder)
+    assert (held["origin"], got["origin"]) == ("built", "remote") and len(builds(tmp_path)) == 1, got
+
+
+def test_waiting_for_the_fleet_holds_no_local_lock(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """Two processes of one machine (one cache root) wait for another machine's long
+    build: neither fails with LockTimeout, both end once their wait runs out."""
+    url, _ = remote
+    holder = node(tmp_path, url, "A", 60.0, LEASE_NODE_BURN="1")
+    try:
+        wait_for_builds(tmp_path, 1)
+        argv = [sys.executable, NODE, str(tmp_path / "M"), url, "thing", "0.1", str(tmp_path / "builds.log")]
+        env = {**os.environ, "ABICACHE_LOCK_TIMEOUT": "4"}
+        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for _ in range(2)]
+        got = [result(p, timeout=30) for p in procs]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(g.get("origin", g.get("error")) for g in got) == ["built", "local"], got
+
+
+@pytest.mark.parametrize("stale", [b"not json", json.dumps(
+    {"owner": "gone", "host": "elsewhere", "pid": 1, "what": "x", "renewed": 1000.0, "ttl": 30.0}).encode()],
+    ids=["junk", "another-version"])
+def test_a_lease_that_is_not_a_believable_lease_is_taken_over_without_waiting(
+        tmp_path: Path, remote: tuple[str, Raw], stale: bytes) -> None:
     url, _ = remote
     cache = Cache(tmp_path / "A", remote=url)
     key = cache.key_for("test", "thing", _inputs())[0]
-    stale = json.dumps({"owner": "gone", "host": "elsewhere", "pid": 1, "what": "test thing", "renewed": 1000.0,
-                        "ttl": 30.0, "beat": 7}).encode()
     assert cache.remote.backend().put_lease("test", key, stale, 30.0, None) is not None
     start = time.monotonic()
     art = cache.get_or_build("test", "thing", _inputs(), lambda out: (out / "out.bin").write_text("x"))

@@ -143,6 +143,36 @@ def test_a_lost_publish_race_adopts_the_winners_files(tmp_path: Path, remote: tu
 # ---- failure policy --------------------------------------------------------------
 
 
+WITHOUT_EXTRA = """
+import sys, warnings
+class _Missing:  # as a plain `pip install abicache`: the remote extra's clients are absent
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("redis", "obstore", "cryptography"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _Missing())
+from abicache import Cache
+warnings.simplefilter("always")
+c = Cache(sys.argv[1])
+for n in range(3):
+    art = c.get_or_build("test", f"k{n}", {"extra": {"n": n}}, lambda out: (out / "f").write_text("x"))
+    assert art.origin == "built", art.origin
+print("built 3")
+"""
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "s3://bucket/p?endpoint=http://127.0.0.1:1",
+                                 "redis://127.0.0.1:1/0?sign"])
+def test_a_remote_without_its_client_library_warns_once_and_builds_locally(tmp_path: Path, url: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_REMOTE": url.replace("?sign", "")}
+    if url.endswith("?sign"):
+        env["ABICACHE_TRUSTED_KEYS"] = "ed25519:" + "A" * 43 + "="
+    done = subprocess.run([sys.executable, "-c", WITHOUT_EXTRA, str(tmp_path / "c")], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0 and "built 3" in done.stdout, done.stderr
+    assert done.stderr.count("pip install 'abicache[remote]'") == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("scheme", ["s3", "redis"])
 @pytest.mark.parametrize("fault", ["refused", "silent"])
 def test_an_unreachable_remote_costs_one_bounded_wait_then_builds_locally(
@@ -403,6 +433,34 @@ def test_signed_manifests_are_accepted_by_trusting_machines(
     assert got.origin == "remote" and got.manifest.signature.startswith("ed25519:")
     stored = json.loads(raw.manifests("test", art.key)[art.variant])
     assert stored["signature"] == got.manifest.signature
+
+
+def test_a_recorded_path_with_a_backslash_is_signed_and_fetched(
+        tmp_path: Path, remote: tuple[str, Raw], keypair: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backslash is an ordinary file name character on POSIX: a header named so is recorded,
+    signed, published and checked on the other machine (signing raised on it)."""
+    import hashlib
+
+    from abicache.cache import BuildResult
+    from abicache.store.manifest import Dependency
+
+    url, _ = remote
+    header = tmp_path / "inc" / "odd\\name.h"
+    header.parent.mkdir()
+    header.write_text("#define X 1\n")
+    dep = Dependency("abs", str(header), hashlib.sha256(header.read_bytes()).hexdigest())
+
+    def build(out: Path) -> BuildResult:
+        (out / "lib.so").write_bytes(b"genuine")
+        return BuildResult(deps=[dep])
+
+    monkeypatch.setenv("ABICACHE_SIGNING_KEY", str(keypair[0]))
+    monkeypatch.setenv("ABICACHE_TRUSTED_KEYS", str(keypair[1]))
+    a = Cache(tmp_path / "A", remote=url)
+    assert a.get_or_build("test", "odd", {"extra": {}}, build).manifest.deps == (dep,)
+    got = Cache(tmp_path / "B", remote=url).get_or_build("test", "odd", {"extra": {}}, never)
+    assert got.origin == "remote" and got.manifest.deps == (dep,)
 
 
 def test_unsigned_manifests_are_refused_where_keys_are_trusted(
@@ -688,6 +746,101 @@ def test_a_blob_named_again_loses_its_mark(tmp_path: Path, remote: tuple[str, Ra
     code, done = _cli(capsys, "remote", "prune", "--grace", "0s", *root)
     assert (done["deleted_blobs"], done["unmarked_blobs"]) == (0, 1)
     assert Cache(tmp_path / "B", remote=url).get_or_build("test", "late", {"extra": {}}, never).origin == "remote"
+
+
+def test_a_key_flooded_with_variants_costs_one_bounded_lookup(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    """Anyone who can write the remote can file junk variants under a key: a lookup reads
+    at most ABICACHE_REMOTE_LOOKUP_BYTES of them, one at a time, and says so once."""
+    from abicache.replicate import refusal_count
+
+    url, raw = remote
+    genuine = Cache(tmp_path / "A", remote=url).get_or_build("test", "victim", {"extra": {"v": 1}},
+                                                            writer({"lib.so": b"genuine"}))
+    junk = b"{" + b" " * 200_000 + b"}"
+    for i in range(300):
+        raw.put_manifest("test", genuine.key, f"{i:064x}", junk)
+    b = Cache(tmp_path / "B", remote=url)
+    backend = b.remote.backend()
+    real, read = backend.read_manifest, []
+
+    def counting(kind: str, key: str, variant: str, limit: int) -> bytes | None:
+        got = real(kind, key, variant, limit)
+        read.append(len(got or b""))
+        return got
+
+    backend.read_manifest = counting  # type: ignore[method-assign]
+    built = []
+    art, said = quiet(lambda: b.get_or_build("test", "victim", {"extra": {"v": 1}},
+                                             lambda out: built.append(writer({"lib.so": b"genuine"})(out))))
+    assert art.file("lib.so").read_bytes() == b"genuine" and len(built) <= 1
+    assert sum(read) <= b.remote.settings.lookup_bytes + 4096  # and the winner's manifest, if B published
+    assert len(read) <= b.remote.settings.max_variants + 1
+    assert len([w for w in said if "refused" in w]) == 1, said
+    assert refusal_count(b.store) >= len(read) - 1  # one log line counts them all
+    assert len(b.store.read_events("remote-refused")) == 1
+
+
+def _prune_planned(url: str, root: Path) -> tuple[object, object, object]:
+    """A prune stopped between its listing and its deletions (grace 0: marked blobs go)."""
+    from abicache.remote import prune
+
+    backend = Cache(root, remote=url).remote.backend()
+    inv = prune.inventory(backend)
+    return backend, inv, prune.plan(inv, now=time.time(), grace=0.0)
+
+
+@pytest.mark.parametrize("when", ["after-the-manifest", "before-the-recheck"])
+def test_a_prune_during_a_publish_never_leaves_a_broken_entry(tmp_path: Path, remote: tuple[str, Raw],
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              when: str) -> None:
+    """A blob left unnamed (its entry pruned) and marked; a prune lists, then a machine
+    publishes an entry reusing that blob, then the prune deletes it: the entry must end
+    whole or absent, never named but broken for the read-only machines."""
+    from abicache.remote import prune
+
+    url, raw = remote
+    data = os.urandom(3000)
+    first = Cache(tmp_path / "A", remote=url).get_or_build("test", "old", {"extra": {}}, writer({"f.bin": data}))
+    raw_backend = Cache(tmp_path / "A", remote=url).remote.backend()
+    raw_backend.delete_manifest("test", first.key, first.variant)  # its entry pruned: the blob is unnamed
+    root = ["--root", str(tmp_path / "P"), "--remote", url]
+    assert _cli(capsys, "remote", "prune", *root)[1]["marked_blobs"] == 1
+    backend, inv, todo = _prune_planned(url, tmp_path / "P")
+    assert len(todo.delete_blobs) == 1  # the prune will delete it
+    publisher = Cache(tmp_path / "C", remote=url)
+    if when == "after-the-manifest":  # the prune deletes between the publisher's manifest and its re-check
+        real = publisher.remote.backend().put_manifest
+
+        def put_then_prune(*args: object) -> bool:
+            done = real(*args)
+            prune.apply(backend, todo, inv)
+            return done
+
+        publisher.remote.backend().put_manifest = put_then_prune  # type: ignore[method-assign]
+        publisher.get_or_build("test", "new", {"extra": {}}, writer({"f.bin": data}))
+    else:  # the publish ends whole before the prune deletes
+        publisher.get_or_build("test", "new", {"extra": {}}, writer({"f.bin": data}))
+        prune.apply(backend, todo, inv)
+    stats = _cli(capsys, "remote", "stats", *root)[1]
+    assert stats["broken_entries"] == 0, stats
+    reader = Cache(tmp_path / "R", remote=url, )
+    got = reader.get_or_build("test", "new", {"extra": {}}, writer({"f.bin": data}))
+    assert got.file("f.bin").read_bytes() == data and got.origin in ("remote", "built")
+
+
+def test_odd_names_on_the_remote_do_not_break_stats_or_prune(tmp_path: Path, remote: tuple[str, Raw],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    url, raw = remote
+    Cache(tmp_path / "A", remote=url).get_or_build("test", "k", {"extra": {}}, writer({"f.bin": b"x" * 100}))
+    raw.put_odd_manifest_name()
+    root = ["--root", str(tmp_path / "A"), "--remote", url]
+    code, stats = _cli(capsys, "remote", "stats", *root)
+    assert code == 0 and stats["unreadable_manifests"] >= 1 and stats["entries"] >= 1
+    code, done = _cli(capsys, "remote", "prune", "--grace", "0s", *root)
+    assert code == 0
+    code, pulled = _cli(capsys, "pull", "--root", str(tmp_path / "C"), "--remote", url)
+    assert code in (0, 1) and [e["name"] for e in pulled["entries"] if e["result"] == "fetched"] == ["k"], pulled
+    assert Cache(tmp_path / "B", remote=url).get_or_build("test", "k", {"extra": {}}, never).origin == "remote"
 
 
 def test_prune_options_belong_to_prune(tmp_path: Path, remote: tuple[str, Raw]) -> None:

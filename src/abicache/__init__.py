@@ -7,19 +7,28 @@ which it may be loaded, checked against the live environment on every lookup.
     import abicache
     lib = abicache.cc.load_library("add", ['extern "C" int add(int a, int b) { return a + b; }'])
 
-Importing abicache loads the cache-hit path and nothing heavy: the compiler
-drivers, the ELF reader, rich, torch, triton and remote clients load only
-when a miss, an audit, the CLI or a frontend needs them.
+Importing abicache loads nothing but its version: each name below is imported
+the first time it is used (PEP 562), so `import abicache.dropin` at every
+interpreter start (ABICACHE_DROPIN) and `import abicache.triton` cost only
+what they use. The hit path then loads the cache and nothing heavy: the
+compiler drivers, the ELF reader, rich, torch, triton and remote clients load
+only when a miss, an audit, the CLI or a frontend needs them.
 """
 
 # No `from __future__ import annotations` here: it would put `annotations` in dir(abicache).
-from . import cc
 from ._version import __version__
-from .cache import Artifact, Cache, get_or_build
-from .env import Facts
-from .errors import AbicacheError
-from .key import Inputs
-from .requirements import Requirement, Requirements
+
+#: public name -> the module that defines it
+_LAZY = {
+    "AbicacheError": "abicache.errors",
+    "Artifact": "abicache.cache",
+    "Cache": "abicache.cache",
+    "Facts": "abicache.env",
+    "Inputs": "abicache.key",
+    "Requirement": "abicache.requirements",
+    "Requirements": "abicache.requirements",
+    "get_or_build": "abicache.cache",
+}
 
 __all__ = [
     "AbicacheError",
@@ -33,3 +42,20 @@ __all__ = [
     "cc",
     "get_or_build",
 ]
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name == "cc":
+        return importlib.import_module("abicache.cc")
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'abicache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value  # once: later uses are plain lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

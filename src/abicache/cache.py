@@ -6,9 +6,11 @@ The cache knows no compiler: a frontend describes the inputs and passes a
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import warnings
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 # requirements and the dependencies the compiler read. Any other return value
 # (a lambda's write_text() count, say) is ignored.
 Builder = Callable[[Path], Any]
+#: waits for the fleet's lease before a miss builds without one (the lease changed hands each time)
+_FLEET_ROUNDS = 3
 
 
 class BuildResult(NamedTuple):
@@ -241,8 +245,9 @@ class Cache:
         """Whether an entry's requirements hold in this cache's environment."""
         return self._checked(manifest.requirements).satisfied_by(self.facts)
 
-    def _fetch(self, kind: str, key: str, bases: Mapping[str, str] = {}) -> Artifact | None:
-        """The remote's entry for this key, verified into the local store."""
+    def _fetch(self, kind: str, key: str, bases: Mapping[str, str] = {}, lookups: Any = None) -> Artifact | None:
+        """The remote's entry for this key, verified into the local store (lookups: what the
+        earlier lookups of this miss read, replicate.Lookups)."""
         if self.remote is None or self.remote.down:
             return None
         from . import replicate
@@ -251,7 +256,7 @@ class Cache:
             return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,
                                                                     manifest.env, manifest.system)[0] is None
 
-        got = replicate.fetch(self.remote, self.store, kind, key, current)
+        got = replicate.fetch(self.remote, self.store, kind, key, current, lookups)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
@@ -330,31 +335,67 @@ class Cache:
         key, described = self.key_for(kind, name, inputs)
         found = self._find(kind, key, verify, bases)
         if found is None:
-            from . import progress
-            from .store.lock import key_lock  # only on a miss
-
             self._log_miss(kind, name, described, key, bases)
-            lock = self.store.layout.lock_file(key)
-            self.store.make_dir(lock.parent)
-            with key_lock(lock, f"{kind} {name}", self.lock_timeout, progress.note, self.store.trust.file_mode):
-                # another process may have built it, or another machine
-                found = self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
-                if found is None:
-                    found = self._build_once(kind, name, key, described, build, declared, bases)
+            lookups = self._lookups()
+            here = lambda: self._find(kind, key, verify, bases) or self._fetch(kind, key, bases, lookups)  # noqa: E731
+            found = self._miss(kind, name, key, here, lambda: self._build(kind, name, key, described, build, declared))
         return found
 
-    def _build_once(self, kind: str, name: str, key: str, described: dict[str, Any], build: Builder,
-                    declared: Requirements, bases: Mapping[str, str]) -> Artifact:
-        """Build, unless another machine of the fleet is building this key: then wait
-        for its upload (remote/lease.py); the lease is skipped without a remote."""
-        if self.remote is None or self.remote.down:
-            return self._build(kind, name, key, described, build, declared)
+    def _miss(self, kind: str, name: str, key: str, here: Callable[[], Artifact | None],
+              make: Callable[[], Artifact]) -> Artifact:
+        """here() (this store, then the remote) once another process or machine has it,
+        else make() under the key's local lock and, with a remote, the fleet's lease."""
         from . import progress
+        from .store.lock import key_lock  # only on a miss
+
+        lock = self.store.layout.lock_file(key)
+        self.store.make_dir(lock.parent)
+        locked = lambda: key_lock(lock, f"{kind} {name}", self.lock_timeout, progress.note,  # noqa: E731
+                                  self.store.trust.file_mode)
+        fleet = self._fleet()
+        if fleet is None:
+            with locked():
+                return here() or make()  # another process may have built it meanwhile
+        what, known = f"{kind} {name}", self._known_seconds(kind, name)
+        machine = fleet.machine_id(str(self.store.root))
+        for _ in range(_FLEET_ROUNDS):
+            # Another machine may be building it: wait for its upload holding no local
+            # lock, so this machine's other processes wait beside us, not behind us.
+            outcome = fleet.wait(self.remote, kind, key, what, here, known, self.lock_timeout, progress.note,
+                                 machine)
+            if outcome.found is not None:
+                return outcome.found  # type: ignore[no-any-return]
+            with locked():
+                found = here() or fleet.build(self.remote, kind, key, what, here, make, outcome, known, machine)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+        with locked():
+            return here() or make()  # the lease changed hands every round: build without one
+
+    def _lookups(self) -> Any:
+        """One miss's remote lookups share their bounds (replicate.Lookups); None without a remote."""
+        if self.remote is None or self.remote.down:
+            return None
+        from .replicate import Lookups
+
+        return Lookups(self.remote.settings.lookup_bytes, self.remote.settings.max_variants)
+
+    def _fleet(self) -> Any:
+        """remote/lease.py where this cache has a remote up and leases on, else None."""
+        if self.remote is None or self.remote.down or self.remote.settings.lease <= 0:
+            return None
         from .remote import lease
 
-        return lease.build_once(self.remote, kind, key, f"{kind} {name}", lambda: self._fetch(kind, key, bases),
-                                lambda: self._build(kind, name, key, described, build, declared),
-                                self.lock_timeout, progress.note)
+        return lease
+
+    def _known_seconds(self, kind: str, name: str) -> float:
+        """How long this name took to build here last (any key): it bounds how long
+        a machine waits for another's build of it (remote/lease.py)."""
+        seconds = 0.0
+        for vdir in itertools.islice(self.store.iter_name_variants(kind, name), 8):
+            with suppress(OSError, ManifestError):
+                seconds = max(seconds, self.store.read_manifest(vdir).build_seconds or 0.0)
+        return seconds
 
     def _build(
         self,

@@ -31,6 +31,14 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                 "answer; after a failure the remote is skipped for the process"),
     "ABICACHE_REMOTE_LEASE": ("30", "seconds a fleet build lease lives without renewal: one machine builds "
                               "a key while the others wait for its upload (0: every machine builds)"),
+    "ABICACHE_LEASE_STUCK": ("60", "seconds a fleet build may go without progress (CPU time of its processes) "
+                             "before the machines waiting for it build it themselves"),
+    "ABICACHE_LEASE_WAIT": ("600", "the longest wait for another machine's build of a key whose build time is "
+                            "unknown; a known one waits at most 3 x that time + 60 s"),
+    "ABICACHE_RETRY_FAILED": ("0", "1: build a key here even when another machine of the fleet has just failed "
+                              "to build it (its error is otherwise reported at once, for 10 minutes)"),
+    "ABICACHE_REMOTE_MAX_VARIANTS": ("64", "variants of one key a remote lookup considers (oldest first)"),
+    "ABICACHE_REMOTE_LOOKUP_BYTES": ("16777216", "manifest bytes one remote lookup may read before it gives up"),
     "ABICACHE_SIGNING_KEY": ("", "Ed25519 private key file (PEM) that signs uploaded manifests"),
     "ABICACHE_TRUSTED_KEYS": ("", "comma-separated public keys (ed25519:...) or files of them; "
                               "when set, remote manifests must carry a signature by one of them"),
@@ -117,3 +125,16 @@ def tristate(name: str) -> bool | None:
     if os.environ.get(name, "auto").strip().lower() == "auto":
         return None
     return flag(name)
+
+
+def count(name: str, *, least: int = 0) -> int:
+    """A whole number, at least `least`, or the default."""
+    raw = os.environ.get(name, VARIABLES[name][0]).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise ConfigError(f"{name}={raw!r} is not a whole number of at least {least}; "
+                          f"set it to a value like {VARIABLES[name][0]}")
+    return value

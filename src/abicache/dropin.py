@@ -18,12 +18,17 @@ once on stderr and ignored.
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
 import sys
-from types import ModuleType
-from typing import Any, Sequence
+
+# Every Python process of a user who set ABICACHE_DROPIN imports this module at
+# start-up, torch user or not: it imports nothing else (not typing, not
+# importlib.abc; the hook classes below are duck-typed as the import system
+# allows), and abicache's package imports nothing up front (__init__.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import importlib.machinery
+    from types import ModuleType
+    from typing import Any, Sequence
 
 VARIABLE = "ABICACHE_DROPIN"
 #: name in ABICACHE_DROPIN -> (the module patched, the abicache module whose install() patches it)
@@ -65,13 +70,15 @@ def disarm() -> None:
 
 
 def _install(installer: str) -> None:
+    import importlib
+
     try:
         importlib.import_module(installer).install()  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - the user's import goes on, unpatched, and says why
         print(f"abicache: {VARIABLE} could not route through {installer}: {exc}", file=sys.stderr)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class _AfterImport:  # an importlib.abc.MetaPathFinder
     """Finds nothing itself: asks the other finders for `module`, and wraps the
     loader they return so that `installer`.install() runs once it has executed."""
 
@@ -91,7 +98,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _Patching(importlib.abc.Loader):
+class _Patching:  # an importlib.abc.Loader
     def __init__(self, loader: Any, installer: str) -> None:
         self.loader, self.installer = loader, installer
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 
@@ -46,29 +47,91 @@ class Published(NamedTuple):
     winner: Manifest | None = None  # the remote's manifest when status is "exists"
 
 
-def candidates(tier: Tier, store: Store, kind: str, key: str,
-               usable: Callable[[Manifest], bool]) -> list[Manifest]:
-    """Admitted remote manifests whose requirements hold, the most specific first."""
-    raws = tier.call(lambda b: b.manifests(kind, key, mf.MAX_BYTES))
-    if not raws:
+class Lookups:
+    """What the lookups of one miss have read: a miss looks at the remote several
+    times (before waiting, while waiting, under the lock), and all of them together
+    stay within one lookup's bounds: a variant read once (refused, not usable here,
+    or its download failed) is not read again; only new ones are."""
+
+    def __init__(self, budget: int, reads: int) -> None:
+        self.budget, self.reads = budget, reads  # bytes and manifests still to be read
+        self.seen: set[str] = set()
+        self.said = False  # the variants past max_variants were mentioned
+
+
+def candidates(tier: Tier, store: Store, kind: str, key: str, usable: Callable[[Manifest], bool],
+               lookups: Lookups | None = None) -> list[Manifest]:
+    """Admitted remote manifests whose requirements hold, the most specific first.
+
+    Bounded, since anyone who can write the remote can file thousands of variants
+    under a key (signing does not help: a manifest is checked after it is read):
+    names and sizes are listed first, the oldest max_variants are read one at a
+    time (the oldest: a flood comes after the entries it tries to bury), each
+    checked and dropped before the next, until lookup_bytes have been read. What
+    was refused is said in one warning and one log line per lookup, by reason;
+    `lookups` carries the bounds over the lookups of one miss."""
+    settings = tier.settings
+    lookups = lookups or Lookups(settings.lookup_bytes, settings.max_variants)
+    listed = tier.call(lambda b: b.variant_list(kind, key, min(4 * settings.max_variants, 1024)))
+    if not listed:
         tier.stats["misses"] += 1
         return []
-    found = []
-    for variant, raw in sorted(raws.items()):
+    order = sorted(listed, key=lambda v: (v.written or 0.0, v.name))
+    found, refused = [], Counter()
+    for item in order[:settings.max_variants]:
+        if item.name in lookups.seen:
+            continue
+        limit = min(lookups.budget, mf.MAX_BYTES)
+        if item.size > limit:
+            lookups.seen.add(item.name)
+            refused["larger than the bytes left to this lookup (ABICACHE_REMOTE_LOOKUP_BYTES)"
+                    if item.size <= mf.MAX_BYTES else f"larger than {mf.MAX_BYTES} bytes"] += 1
+            continue
+        if lookups.reads <= 0:
+            break
+        lookups.reads -= 1
+        lookups.seen.add(item.name)
+        raw = tier.call(lambda b: b.read_manifest(kind, key, item.name, limit))
+        if tier.down:
+            break
+        if raw is None:
+            continue  # gone since the listing (a prune), or it grew
+        lookups.budget -= len(raw)
         try:
-            manifest = tier.admit(kind, key, variant, raw)
+            manifest = tier.admit(kind, key, item.name, raw)
         except RefusedError as exc:
-            refuse(tier, store, str(exc))
+            refused[str(exc)] += 1
             continue
         if usable(manifest):
             found.append(manifest)
+    skipped = len(order) - settings.max_variants
+    if refused or (skipped > 0 and not lookups.said):
+        lookups.said = skipped > 0
+        _refuse_all(tier, store, kind, key, refused, skipped, len(listed))
     found.sort(key=mf.preference, reverse=True)
     return found
 
 
-def fetch(tier: Tier, store: Store, kind: str, key: str,
-          usable: Callable[[Manifest], bool]) -> Fetched | None:
-    for manifest in candidates(tier, store, kind, key, usable):
+def _refuse_all(tier: Tier, store: Store, kind: str, key: str, refused: Counter[str], skipped: int,
+                listed: int) -> None:
+    """One refusal said as itself; several in one line, counted by reason (the variant each
+    names left out): a flood of junk variants costs one warning, not one per variant."""
+    if sum(refused.values()) == 1 and skipped <= 0:
+        refuse(tier, store, next(iter(refused)))
+        return
+    by_reason: Counter[str] = Counter()
+    for message, n in refused.items():
+        by_reason[message.split(": ", 1)[-1][:200]] += n
+    parts = [f"{n} x {why}" for why, n in by_reason.most_common()]
+    if skipped > 0:
+        parts.append(f"{skipped} or more not considered (ABICACHE_REMOTE_MAX_VARIANTS={tier.settings.max_variants})")
+    refuse(tier, store, f"remote manifests {kind}/{key[:16]} ({listed} listed): " + "; ".join(parts),
+           count=sum(refused.values()))
+
+
+def fetch(tier: Tier, store: Store, kind: str, key: str, usable: Callable[[Manifest], bool],
+          lookups: Lookups | None = None) -> Fetched | None:
+    for manifest in candidates(tier, store, kind, key, usable, lookups):
         got = download(tier, store, manifest)
         if got is not None:
             tier.stats["hits"] += 1
@@ -184,9 +247,13 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
     """Upload an entry whose files are in folder: blobs, then the manifest."""
     if not tier.writable:
         return Published("skipped")
+    reused = []
     for record in manifest.files:
-        if not _put_blob(tier, folder / record.path, record):
+        uploaded = _put_blob(tier, folder / record.path, record)
+        if uploaded is None:
             return Published("failed")
+        if not uploaded:
+            reused.append(record)
     signed = tier.sign(manifest)
     created = tier.call(lambda b: b.put_manifest(manifest.kind, manifest.key, manifest.variant,
                                                   signed.dumps()))
@@ -194,39 +261,51 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
         return Published("failed")
     if created:
         tier.stats["uploaded"] += 1
+        _still_there(tier, folder, reused)
         return Published("uploaded")
     tier.stats["lost_races"] += 1
-    raws = tier.call(lambda b: b.manifests(manifest.kind, manifest.key, mf.MAX_BYTES)) or {}
+    raw = tier.call(lambda b: b.read_manifest(manifest.kind, manifest.key, manifest.variant, mf.MAX_BYTES))
     try:
-        winner = tier.admit(manifest.kind, manifest.key, manifest.variant, raws.get(manifest.variant))
+        winner = tier.admit(manifest.kind, manifest.key, manifest.variant, raw)
     except RefusedError as exc:
         refuse(tier, store, str(exc))
         return Published("failed")
     return Published("exists", winner)
 
 
-def _put_blob(tier: Tier, path: Path, record: FileRecord) -> bool:
+def _put_blob(tier: Tier, path: Path, record: FileRecord) -> bool | None:
+    """True once uploaded, False if the remote had it already, None if the remote failed."""
     present = tier.call(lambda b: b.has_blob(record.sha256))
     if present is None:
-        return False
+        return None
     if present:
-        return True
+        return False
     with _bar(f"uploading {record.path}", record.size) as advance:
         done = tier.call(lambda b: b.write_blob(record.sha256, path, record.size, advance) or True)
     if done:
         tier.stats["bytes_up"] += record.size
-    return bool(done)
+    return True if done else None
 
 
-def refuse(tier: Tier, store: Store, reason: str) -> None:
-    """Count a refusal, say it once on stderr, and log it for `abicache stats`."""
+def _still_there(tier: Tier, folder: Path, reused: list[FileRecord]) -> None:
+    """A blob found on the remote (not uploaded) may have been deleted by a prune that
+    listed the manifests before ours was written: look again now that ours is there,
+    and upload what went. A prune deleting later sees our manifest (remote/prune.py)."""
+    for record in reused:
+        if tier.call(lambda b: b.has_blob(record.sha256)) is False:
+            _put_blob(tier, folder / record.path, record)
+
+
+def refuse(tier: Tier, store: Store, reason: str, count: int = 1) -> None:
+    """Count refusals, say them in one warning, and log them in one line for `abicache stats`."""
     import warnings
 
     from .errors import AbicacheWarning
 
-    tier.stats["refused"] += 1
+    tier.stats["refused"] += count
     warnings.warn(f"abicache: refused from remote {tier.name}: {reason}", AbicacheWarning, stacklevel=4)
-    line = json.dumps({"time": time.time(), "remote": tier.name, "reason": reason, "pid": os.getpid()})
+    line = json.dumps({"time": time.time(), "remote": tier.name, "reason": reason, "pid": os.getpid(),
+                       "count": count})
     store.log_event(REFUSALS_LOG, line)
 
 
@@ -235,4 +314,12 @@ def _bar(label: str, total: int) -> ContextManager[progress.Advance]:
 
 
 def refusal_count(store: Store) -> int:
-    return len(store.read_events(REFUSALS_LOG))
+    """Refusals logged (a line may count several: one lookup's, by reason)."""
+    total = 0
+    for line in store.read_events(REFUSALS_LOG):
+        try:
+            count = json.loads(line).get("count", 1)
+        except (ValueError, AttributeError):
+            count = 1
+        total += count if isinstance(count, int) and count > 0 else 1
+    return total

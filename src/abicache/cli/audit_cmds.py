@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -162,7 +163,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             if entries:
                 render.say("to clean up (each is one cache entry of the tool that built it):")
                 for folder in entries:
-                    render.say(f"  rm -rf {folder}")
+                    render.say(f"  rm -rf -- {shlex.quote(str(folder))}")  # a name may hold ~, $, spaces
             strays = sum(1 for b in bad if not b["delete"])
             if strays:
                 render.say(f"{strays} of these are not inside a cache abicache recognises "

@@ -198,7 +198,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     verb = "would remove" if args.dry_run else "removed"
     render.say(f"{verb} {report.entries_removed} of {report.entries_before} entries, "
                f"{report.blobs_removed} blobs, {report.leftovers_removed} builder leftovers; "
-               f"{render.human_size(report.bytes_before)} -> {render.human_size(report.bytes_after)}")
+               f"{render.human_size(report.bytes_before)} -> {render.human_size(report.bytes_after)}"
+               + (f"; {report.in_use} in use by running builds, left" if report.in_use else ""))
     return 0
 
 

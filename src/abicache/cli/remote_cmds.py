@@ -100,7 +100,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from .. import replicate
 
     cache = _cache(args)
-    listed = cache.remote.call(lambda b: sorted(b.entries())) or []
+    listed = [(k, key) for k, key in cache.remote.call(lambda b: sorted(b.entries())) or [] if _named(k, key)]
     if args.kind:
         listed = [(k, key) for k, key in listed if k == args.kind]
     rows = []
@@ -117,6 +117,19 @@ def cmd_pull(args: argparse.Namespace) -> int:
         if not str(w.message).startswith("abicache: refused from remote"):
             render.say(f"[yellow]{w.message}[/]")
     return _report(args, cache, "pulled from", rows)
+
+
+def _named(kind: str, key: str) -> bool:
+    """Whether a listed entry has an abicache kind and key: anything else under the prefix
+    (another tool's object, a planted name) is skipped, not parsed into a traceback."""
+    from ..store.layout import check_hex, check_kind
+
+    try:
+        check_kind(kind)
+        check_hex(key, "key")
+    except ValueError:
+        return False
+    return len(key) == 64
 
 
 def _pull_one(cache: Cache, replicate: Any, kind: str, key: str, wanted: Callable[[Manifest], bool]) -> list[dict[str, str]]:
@@ -147,7 +160,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
     cache = _cache(args)
     tier = cache.remote
     start = time.perf_counter()
-    answered = tier.call(lambda b: b.manifests("abicache.ping", "0" * 64, 1024))
+    answered = tier.call(lambda b: b.variant_list("abicache.ping", "0" * 64, 1))
     seconds = time.perf_counter() - start
     settings = tier.settings
     doc = {
@@ -208,9 +221,10 @@ def _remote_prune(args: argparse.Namespace) -> int:
     now = time.time()
     todo = prune.plan(inv, now=now, max_age=args.max_age, max_size=args.max_size,
                       grace=prune.GRACE if args.grace is None else args.grace)
+    raced = 0
     if not args.dry_run:
         try:
-            prune.apply(cache.remote.backend(), todo, now=now)
+            raced = prune.apply(cache.remote.backend(), todo, inv, now=now)
         except RemoteError as exc:
             raise ConfigError(f"remote {cache.remote.name}: pruning stopped: {exc}; nothing unsafe was left: "
                               "run it again") from None
@@ -218,7 +232,8 @@ def _remote_prune(args: argparse.Namespace) -> int:
            "deleted_entries": [{"kind": v.kind, "name": v.manifest.name if v.manifest else "-", "key": v.key,
                                 "variant": v.variant, "why": why} for v, why in todo.delete],
            "deleted_blobs": len(todo.delete_blobs), "freed_bytes": todo.freed,
-           "marked_blobs": len(todo.mark), "unmarked_blobs": len(todo.unmark)}
+           "marked_blobs": len(todo.mark), "unmarked_blobs": len(todo.unmark),
+           "published_meanwhile_removed": raced}
     if args.json:
         render.emit_json(doc)
         return 0

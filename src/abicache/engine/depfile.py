@@ -5,7 +5,7 @@ r"""Make-style dependency files, as gcc, clang and nvcc write them with -MD -MF.
 
 Each logical line (a backslash before a newline continues it) is one rule,
 'targets: prerequisites'. Words are split on unescaped white space, with
-'\ ' an escaped space, '\#' a '#' and '$$' a '$'. The ':' that ends the
+'\ ' an escaped space, '\<tab>' an escaped tab, '\#' a '#' and '$$' a '$'. The ':' that ends the
 targets is followed by white space or the end of the line, so 'C:\x' is a
 path, not a rule. Phony rules (-MP's 'header.h:') have no prerequisites.
 """
@@ -47,7 +47,7 @@ def _escaped(line: str) -> list[str]:
     i = 0
     while i < len(line):
         c = line[i]
-        if c == "\\" and line[i + 1:i + 2] in (" ", "#", "\\"):
+        if c == "\\" and line[i + 1:i + 2] in (" ", "\t", "#", "\\"):
             current.append(line[i + 1])
             i += 2
             continue

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 from ..requirements import Requirements
-from ..store import blobs, deps as depcheck
+from ..store import blobs, deps as depcheck, lock
 from . import depfile, observe, pool, record, roots
 from . import tree as trees
 from .ahead import Ahead
@@ -56,6 +56,7 @@ class _Context(NamedTuple):
     skip: tuple[str, ...]  # folders whose files are not inputs: the scratch folder, the store
     observer: Path | None  # observe.c, built (None: depfiles only)
     tools: Path  # the store's tools/ (memos)
+    pins: list[int]  # object entries handed to the linker, held until the link ends (store/lock.pin)
 
 
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> BuildResult:
@@ -69,9 +70,9 @@ def build(job: Job, cache: Cache, out: Path, run: Runner) -> BuildResult:
 
 def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[], Sequence[str]]) -> BuildResult:
     tools = cache.store.layout.tools
-    with _scratch() as scratch:
+    with _scratch() as scratch, _pins() as pins:
         ctx = _Context(covered, scratch, (scratch, str(cache.root)),
-                       observe.library(tools, trusted=cache.store.trust.ok), tools)
+                       observe.library(tools, trusted=cache.store.trust.ok), tools, pins)
         paths = job.tree.place(Path(scratch))
         units = job.tree.units
         if len(units) == 1 and not _is_cuda(units[0]) and job.embed is None:
@@ -259,9 +260,29 @@ def _object(job: Job, cache: Cache, unit: File, path: str, ctx: _Context, run: R
         _prewarm_audit(cache.facts)
         return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
 
-    found = objects_of(cache).get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
-    ready(str(found.file()))  # a hit, or another process's build (a second call is ignored)
-    return found
+    entries = objects_of(cache)
+    for _ in range(3):
+        found = entries.get_or_build("cc.object", unit.name, inputs, compile_object, bases=job.tree.bases)
+        fd = lock.pin(entries.store.layout.lock_file(found.key), entries.store.trust.file_mode)
+        if fd is None:  # locks do not work here: the linker gets a link of its own to the bytes
+            ready(_hand_over(found.file(), Path(ctx.scratch)))
+            return found
+        ctx.pins.append(fd)
+        if os.path.exists(found.file()):  # else gc took it between the lookup and the pin: again
+            ready(str(found.file()))  # a hit, or another process's build (a second call is ignored)
+            return found
+    raise BuildError(f"{job.what}: the object of {unit.name} keeps disappearing from the store (gc?)")
+
+
+@contextmanager
+def _pins() -> Iterator[list[int]]:
+    """The build's pins (store/lock.pin), let go when it ends, its link done or failed."""
+    held: list[int] = []
+    try:
+        yield held
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def unit_command(job: Job, unit: File, scratch: str) -> tuple[list[str], tuple[str, ...], str, str]:

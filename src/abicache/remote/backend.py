@@ -9,6 +9,7 @@ Layout (both engines):
     manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
     gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
     leases      v1/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
+    failures    v1/failures/<kind>/<key>               a build that just failed, and its output (remote/lease.py)
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ Advance = Callable[[int], None]
 Tag = str | bytes
 #: a lease is a small JSON record; more than this is not read
 LEASE_BYTES = 4096
+#: a shared failure (its compiler's output, cut) is at most this long
+FAILURE_BYTES = 64 << 10
 #: transfers are read and written in pieces of this size
 CHUNK = 8 << 20
 #: the slowest transfer rate that still counts as alive: a transfer of n bytes
@@ -32,8 +35,12 @@ MIN_RATE = 1 << 20
 
 
 class Backend(Protocol):
-    def manifests(self, kind: str, key: str, limit: int) -> dict[str, bytes | None]:
-        """variant -> raw manifest (None where it is larger than limit bytes)."""
+    def variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
+        """At most limit of the key's variants (name: the variant), with their sizes and, where
+        the engine keeps it, when each was written; no manifest is read."""
+
+    def read_manifest(self, kind: str, key: str, variant: str, limit: int) -> bytes | None:
+        """One manifest, if it is there and no larger than limit bytes (never more is read)."""
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         """Create it; False if that variant is already there (someone else won)."""
@@ -69,8 +76,9 @@ class Backend(Protocol):
 
     # ---- build leases (remote/lease.py) ---------------------------------------
 
-    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
-        """The lease's bytes (at most LEASE_BYTES) and its version tag; None if there is none."""
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
+        """The lease's bytes (at most LEASE_BYTES), its version tag and when it was last
+        written by the server's clock (None where the engine keeps no time); None if there is none."""
 
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
         """Write the lease if there is none (replacing None) or if it is still at version
@@ -82,6 +90,19 @@ class Backend(Protocol):
 
     def leases(self) -> Iterator[Listed]:
         """Every lease (builds in flight, or left by a killed builder): name kind/key."""
+
+    def server_time(self) -> float | None:
+        """Now, by the server's clock (seconds since the epoch); None where it cannot say.
+        Never raises: it only makes waits shorter."""
+
+    # ---- shared failures (remote/lease.py) ------------------------------------
+
+    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
+        """The failure record (at most FAILURE_BYTES) and when it was written by the server's
+        clock (None where the engine expires it itself); None if there is none."""
+
+    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
+        """Write (or replace) the record; an engine that can expire keys drops it after ttl."""
 
     def close(self) -> None: ...
 
@@ -102,6 +123,10 @@ def entry_prefix(kind: str, key: str) -> str:
 
 def lease_name(kind: str, key: str) -> str:
     return f"v1/leases/{kind}/{key}"
+
+
+def failure_name(kind: str, key: str) -> str:
+    return f"v1/failures/{kind}/{key}"
 
 
 def transfer_seconds(timeout: float, size: int) -> float:

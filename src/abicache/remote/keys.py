@@ -20,7 +20,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..store import manifest as mf
@@ -159,20 +159,50 @@ def payload(manifest: Manifest) -> bytes:
 
 def check(manifest: Manifest, trusted: tuple[PublicKey, ...]) -> str | None:
     """None if a trusted key signed this manifest; otherwise what is wrong."""
+    if not manifest.signature:
+        return "the manifest is unsigned and ABICACHE_TRUSTED_KEYS requires a signature"
+    return _verify(manifest.signature, lambda: payload(manifest), trusted, "the manifest's contents")
+
+
+def _verify(signature: str, signed: Callable[[], bytes], trusted: tuple[PublicKey, ...], what: str) -> str | None:
+    """None if signature ('ed25519:<key id>:<base64>') is a trusted key's over signed(); else why not."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    if not manifest.signature:
-        return "the manifest is unsigned and ABICACHE_TRUSTED_KEYS requires a signature"
-    parts = manifest.signature.split(":")
+    parts = signature.split(":")
     if len(parts) != 3 or parts[0] + ":" != PREFIX:
         return "the signature is malformed"
     key = next((k for k in trusted if k.key_id == parts[1]), None)
     if key is None:
         return f"signed by key {parts[1][:16]!r}, which is not in ABICACHE_TRUSTED_KEYS"
     try:
-        Ed25519PublicKey.from_public_bytes(key.raw).verify(base64.b64decode(parts[2], validate=True),
-                                                           payload(manifest))
+        Ed25519PublicKey.from_public_bytes(key.raw).verify(base64.b64decode(parts[2], validate=True), signed())
     except (InvalidSignature, binascii.Error, ValueError):
-        return f"the signature by key {key.key_id} does not match the manifest's contents (tampered)"
+        return f"the signature by key {key.key_id} does not match {what} (tampered)"
     return None
+
+
+# ---- small records (build leases, shared failures): JSON objects signed as a whole
+
+_RECORD_DOMAIN = b"abicache-record-v1\0"
+
+
+def record_payload(record: dict[str, Any]) -> bytes:
+    """The signed bytes of a record: every field but the signature, canonical JSON."""
+    import json
+
+    body = {k: v for k, v in record.items() if k != "signature"}
+    return _RECORD_DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_record(signer: Signer, record: dict[str, Any]) -> dict[str, Any]:
+    signature = signer._key.sign(record_payload(record))
+    return {**record, "signature": f"{PREFIX}{signer.public.key_id}:{base64.b64encode(signature).decode()}"}
+
+
+def check_record(record: dict[str, Any], trusted: tuple[PublicKey, ...]) -> str | None:
+    """None if a trusted key signed this record; otherwise what is wrong."""
+    signature = record.get("signature")
+    if not isinstance(signature, str) or not signature:
+        return "unsigned, and ABICACHE_TRUSTED_KEYS requires a signature"
+    return _verify(signature, lambda: record_payload(record), trusted, "the record")

@@ -8,18 +8,33 @@ race adopts the winner's files), so every failure here ends in building locally.
 
 - Taken with a create-only write of v1/leases/<kind>/<key> (S3: If-None-Match: *;
   Redis: SET NX PX), after a local miss and a remote miss, under the local lock.
-- The holder rewrites it every ttl/3 from a thread (a new beat, a conditional
-  write on the version it last wrote), publishes, then deletes it.
-- A waiter polls for the entry. A lease whose bytes have not changed for ttl
-  seconds *of the waiter's own clock* is dead (its holder was killed): clocks
-  of different machines are never compared, except to skip that wait for a
-  lease last renewed long ago (past 2 x ttl plus a minute of skew). The waiter
-  takes a dead lease over with a write conditional on its version, so one
-  waiter wins; Redis also expires it itself.
+- The holder rewrites it every ttl/3 from a thread with a new beat and the CPU
+  seconds its build has spent so far (liveness.py), publishes, then deletes it.
+  Where the fleet signs its manifests (ABICACHE_TRUSTED_KEYS), leases are
+  signed too, and a lease without a valid signature is taken over at once:
+  anyone who can write the remote could otherwise stall every machine.
+- A waiter holds no local lock (wait()): a second process of the same machine
+  waits beside it, for the same fleet build. It polls for the entry, and stops
+  waiting (to build itself) when the lease
+    * is dead: its bytes did not change for ttl seconds of the waiter's own
+      clock, or the server's clock says it was last written over ttl ago
+      (clocks of different machines are never compared: a holder whose clock
+      is hours off is judged the same);
+    * is stuck: its CPU seconds did not grow for ABICACHE_LEASE_STUCK (60 s),
+      a hung compiler whose process still renews;
+    * outlives the budget: 3 x the key's last known build time + 60 s, or
+      ABICACHE_LEASE_WAIT (600 s) when none is known, and never more than
+      the lock timeout.
+  A dead or stuck lease is taken over with a write conditional on its version,
+  so one waiter wins; past the budget the waiter builds without a lease.
+- A build that fails under the lease leaves a failure record (its error and
+  output, signed where the fleet signs, 10 minutes long) before the lease is
+  released: the other machines report that error at once instead of building
+  and failing in turn (ABICACHE_RETRY_FAILED=1 builds anyway). The machine
+  that failed retries as it would without a remote: a failed build records no
+  headers, so the key cannot tell that one was fixed.
 - A lease held by this very process is never waited on: a builder that asks
   for the same key through another Cache would wait for itself.
-- The wait is bounded by the lock timeout; past it, or when the remote goes
-  down, the waiter builds.
 """
 
 from __future__ import annotations
@@ -30,16 +45,20 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable, NamedTuple, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
-from .backend import LEASE_BYTES, Tag
+from ..errors import AbicacheError, BuildError
+from . import liveness
+from .backend import FAILURE_BYTES, LEASE_BYTES, Tag
 from .tier import Tier
 
 T = TypeVar("T")
-#: how far two machines' clocks may disagree, for the one check that compares them
-CLOCK_SKEW = 60.0
 #: the first and the longest pause between two looks at a lease and the entry
 FIRST_POLL, LONGEST_POLL = 0.05, 1.0
+#: how long a shared failure is reported instead of building again
+FAILURE_TTL = 600.0
+#: a lease the server's clock says was written this long past its ttl is dead at once
+SERVER_SLACK = 5.0
 
 _process: tuple[int, str] = (0, "")
 
@@ -53,41 +72,53 @@ def process_id() -> str:
 
 
 class Record(NamedTuple):
-    """What a lease says (for messages and for the re-entrancy check)."""
+    """What a lease says."""
 
     owner: str
     host: str
     pid: int
     what: str
-    renewed: float
-    ttl: float
+    progress: float  # CPU seconds the build has spent
+    expect: float  # the holder's idea of how long this build takes (0: none)
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
 
 
-def encode(what: str, ttl: float, beat: int) -> bytes:
-    record = {"owner": process_id(), "host": socket.gethostname()[:100], "pid": os.getpid(), "what": what[:200],
-              "renewed": time.time(), "ttl": ttl, "beat": beat}
-    return json.dumps(record, sort_keys=True).encode()[:LEASE_BYTES]
+def encode(tier: Tier, kind: str, key: str, what: str, beat: int, progress: float, expect: float) -> bytes:
+    record = {"kind": kind, "key": key, "owner": process_id(), "host": socket.gethostname()[:100],
+              "pid": os.getpid(), "what": what[:200], "beat": beat, "progress": round(progress, 2),
+              "expect": round(expect, 2), "ttl": tier.settings.lease}
+    return json.dumps(tier.sign_record(record), sort_keys=True).encode()[:LEASE_BYTES]
 
 
-def decode(raw: bytes) -> Record | None:
-    """The record, or None for bytes that are not one (another tool's, or damaged: such a
-    lease is judged by whether it changes, like any other)."""
+def decode(tier: Tier, kind: str, key: str, raw: bytes) -> Record | None:
+    """The record, or None for bytes that are not a believable lease for this key: another
+    tool's, damaged, another key's, or unsigned where the fleet signs. Such a lease is taken over."""
     try:
         data = json.loads(raw)
-        return Record(str(data["owner"]), str(data["host"]), int(data["pid"]), str(data["what"]),
-                      float(data["renewed"]), float(data["ttl"]))
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(data, dict) or (data.get("kind"), data.get("key")) != (kind, key):
+            return None
+        if tier.record_problem(data) is not None:
+            return None
+        return Record(str(data["owner"]), str(data["host"])[:100], int(data["pid"]), str(data["what"])[:200],
+                      float(data["progress"]), max(0.0, float(data.get("expect") or 0.0)))
+    except (ValueError, KeyError, TypeError, OverflowError):
         return None
 
 
-class Held:
-    """A lease this process holds: renewed from a thread until released."""
+def budget(tier: Tier, known: float, timeout: float) -> float:
+    """The longest wait for another machine's build: 3 x its known length + 60 s, else
+    ABICACHE_LEASE_WAIT; never past the lock timeout."""
+    limit = min(tier.settings.wait, 3 * known + 60.0) if known > 0 else tier.settings.wait
+    return min(limit, timeout)
 
-    def __init__(self, tier: Tier, kind: str, key: str, what: str, tag: Tag) -> None:
-        self._tier, self._kind, self._key, self._what = tier, kind, key, what
+
+class Held:
+    """A lease this process holds: renewed from a thread, with the build's CPU seconds, until released."""
+
+    def __init__(self, tier: Tier, kind: str, key: str, what: str, tag: Tag, expect: float) -> None:
+        self._tier, self._kind, self._key, self._what, self._expect = tier, kind, key, what, expect
         self._tag: Tag | None = tag
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -102,9 +133,10 @@ class Held:
                 if self._tag is None or self._stop.is_set():
                     return
                 tag = self._tag
-                data = encode(self._what, ttl, beat)
+                data = encode(self._tier, self._kind, self._key, self._what, beat, liveness.cpu_seconds(),
+                              self._expect)
                 self._tag = self._tier.call(lambda b: b.put_lease(self._kind, self._key, data, ttl, tag))
-            if self._tag is None:  # taken over (we were thought dead) or the remote failed: build on
+            if self._tag is None:  # taken over (we were thought dead or stuck) or the remote failed: build on
                 return
 
     def release(self) -> None:
@@ -117,76 +149,193 @@ class Held:
 
 
 class _Watch:
-    """Whether a lease still lives: its bytes changed within ttl of this machine's clock."""
+    """Whether a lease still lives (its bytes change) and its build still progresses
+    (its CPU seconds grow), by this machine's monotonic clock."""
 
-    def __init__(self, ttl: float) -> None:
-        self._ttl = ttl
+    def __init__(self, ttl: float, stuck: float) -> None:
+        self._ttl, self._stuck = ttl, stuck
         self._seen: bytes | None = None
-        self._since = 0.0
+        self._changed = self._progressed = time.monotonic()
+        self._progress: float | None = None
 
-    def dead(self, raw: bytes, record: Record | None) -> bool:
+    def verdict(self, raw: bytes, record: Record, age: float | None) -> str | None:
+        """'dead', 'stuck', or None while it lives and progresses."""
         now = time.monotonic()
         if raw != self._seen:
-            self._seen, self._since = raw, now
-        if record is not None and time.time() > record.renewed + 2 * max(record.ttl, self._ttl) + CLOCK_SKEW:
-            return True  # renewed long ago by any clock: its holder is gone
-        return now - self._since > self._ttl
+            self._seen, self._changed = raw, now
+        if self._progress is None or abs(record.progress - self._progress) > liveness.NOISE:
+            self._progress, self._progressed = record.progress, now
+        if age is not None and age > self._ttl + SERVER_SLACK:
+            return "dead"  # by the server's own clock: not rewritten within its ttl
+        if now - self._changed > self._ttl:
+            return "dead"
+        if now - self._progressed > self._stuck:
+            return "stuck"
+        return None
 
 
-def build_once(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | None],
-               build: Callable[[], T], timeout: float, note: Callable[[str], None]) -> T:
-    """fetch()'s result once another machine has published it, else build()'s
-    (under the lease where this machine may write). fetch has already missed once."""
-    ttl = tier.settings.lease
-    if ttl <= 0 or tier.down:
-        return build()
-    watch, deadline, pause, said = _Watch(ttl), time.monotonic() + timeout, FIRST_POLL, False
-    replacing: Tag | None = None
+class Outcome(NamedTuple):
+    """How a wait ended: the entry another machine published, or what to do instead."""
+
+    found: Any = None
+    replacing: Tag | None = None  # a dead, stuck or unbelievable lease to take over
+    take: bool = True  # False: build without a lease (our own lease, or the wait ran out)
+
+
+def wait(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | None], known: float,
+         timeout: float, note: Callable[[str], None], machine: str = "") -> Outcome:
+    """Wait while another machine builds this key (no local lock is held here).
+    fetch() looks in the local store, then the remote. Raises the fleet's
+    error when the key has just failed to build on another machine (machine:
+    this one's name for failure records, machine_id())."""
+    settings = tier.settings
+    if settings.lease <= 0 or tier.down:
+        return Outcome(take=False)
+    watch, start, pause, said = _Watch(settings.lease, settings.stuck), time.monotonic(), FIRST_POLL, False
+    clock = _ServerClock(tier)
+    limit = budget(tier, known, timeout)
     while True:
-        if tier.writable:
-            held = _take(tier, kind, key, what, ttl, replacing)
-            if held is not None:
-                try:
-                    got = fetch()  # published and released between our miss and our take?
-                    return got if got is not None else build()
-                finally:
-                    held.release()
         found = tier.call(lambda b: b.read_lease(kind, key))
         if tier.down:
-            return build()
-        if found is None:  # released: published (fetch sees it), failed, or unusable here
+            return Outcome(take=False)
+        if found is None:  # none, or released: published (fetch sees it), failed, or unusable here
             got = fetch()
-            if got is not None or not tier.writable:
-                return got if got is not None else build()
-            replacing = None
-            continue
-        raw, tag = found
-        record = decode(raw)
-        if record is not None and record.owner == process_id():
-            return build()  # our own: waiting would wait for ourselves
-        if not watch.dead(raw, record):
-            replacing = None
-        elif not tier.writable:
-            return build()
-        elif replacing != tag:
-            replacing = tag  # take it over, if nobody else does first
-            continue
-        # else: taking this very version over failed (a server without ETags, say): wait as for a live one
+            if got is not None:
+                return Outcome(found=got)
+            raise_shared_failure(tier, kind, key, what, clock, machine)
+            return Outcome()
+        raw, tag, written = found
+        record = decode(tier, kind, key, raw)
+        if record is None:
+            note(f"taking over a lease for {what} that is not a believable abicache lease ({tier.name})")
+            return Outcome(replacing=tag)
+        if record.owner == process_id():
+            return Outcome(take=False)  # our own: waiting would wait for ourselves
+        limit = budget(tier, max(known, record.expect), timeout)
+        verdict = watch.verdict(raw, record, clock.age(written))
+        if verdict is not None:
+            note(f"{record.describe()} building {what} is {verdict} "
+                 f"({'no progress for' if verdict == 'stuck' else 'no renewal for'} "
+                 f"{settings.stuck if verdict == 'stuck' else settings.lease:.0f} s); building it here")
+            return Outcome(replacing=tag)
         if not said:
             said = True
-            note(f"waiting for {record.describe() if record else 'another machine'} to build {what} "
-                 f"for the fleet ({tier.name})")
+            note(f"waiting for {record.describe()} to build {what} for the fleet ({tier.name}; "
+                 f"at most {limit:.0f} s)")
         got = fetch()
         if got is not None:
-            return got
-        if time.monotonic() > deadline or tier.down:
-            note(f"gave up waiting for another machine to build {what}; building it here")
-            return build()
+            return Outcome(found=got)
+        if time.monotonic() - start > limit:
+            note(f"gave up waiting {limit:.0f} s for {record.describe()} to build {what}; building it here")
+            return Outcome(take=False)
         time.sleep(pause)
         pause = min(pause * 1.5, LONGEST_POLL)
 
 
-def _take(tier: Tier, kind: str, key: str, what: str, ttl: float, replacing: Tag | None) -> Held | None:
-    data = encode(what, ttl, 0)
-    tag = tier.call(lambda b: b.put_lease(kind, key, data, ttl, replacing))
-    return Held(tier, kind, key, what, tag) if tag is not None else None
+def build(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | None], make: Callable[[], T],
+          outcome: Outcome, expect: float, machine: str = "") -> T | None:
+    """Under the local lock: take the lease (over outcome.replacing) and build, or
+    fetch what was published meanwhile. None when another machine took the lease
+    first: the caller waits again, without its local lock."""
+    if not outcome.take or not tier.writable:
+        return make()
+    data = encode(tier, kind, key, what, 0, 0.0, expect)
+    tag = tier.call(lambda b: b.put_lease(kind, key, data, tier.settings.lease, outcome.replacing))
+    if tag is None:
+        return make() if tier.down else None
+    held = Held(tier, kind, key, what, tag, expect)
+    try:
+        got = fetch()  # published and released between our wait and our take?
+        if got is not None:
+            return got
+        raise_shared_failure(tier, kind, key, what, _ServerClock(tier), machine)
+        start = time.monotonic()
+        try:
+            return make()
+        except Exception as exc:
+            if _shared(exc):
+                _publish_failure(tier, kind, key, what, exc, time.monotonic() - start, machine)
+            raise
+    finally:
+        held.release()
+
+
+# ---- shared failures ------------------------------------------------------------------------
+
+
+def _shared(exc: Exception) -> bool:
+    """A failure of the build itself (the compiler's error, the builder's exception), not
+    of this machine (a full disk, a missing tool: OSError) nor of abicache."""
+    if isinstance(exc, BuildError):
+        return True
+    return not isinstance(exc, (OSError, MemoryError, AbicacheError))
+
+
+def machine_id(root: str) -> str:
+    """This machine as failure records name it: its host and its store (a digest: paths stay private)."""
+    import hashlib
+
+    return hashlib.sha256(f"{socket.gethostname()}\0{root}".encode()).hexdigest()[:16]
+
+
+def _publish_failure(tier: Tier, kind: str, key: str, what: str, exc: Exception, seconds: float,
+                     machine: str) -> None:
+    text = str(exc)
+    if len(text) > FAILURE_BYTES // 2:
+        text = text[:FAILURE_BYTES // 4] + "\n[...]\n" + text[-FAILURE_BYTES // 4:]
+    record = tier.sign_record({"kind": kind, "key": key, "what": what[:200], "host": socket.gethostname()[:100],
+                               "pid": os.getpid(), "machine": machine, "type": type(exc).__name__[:100],
+                               "error": text, "seconds": round(seconds, 3)})
+    data = json.dumps(record, sort_keys=True).encode()
+    if len(data) <= FAILURE_BYTES:
+        tier.call(lambda b: b.put_failure(kind, key, data, FAILURE_TTL))
+
+
+def raise_shared_failure(tier: Tier, kind: str, key: str, what: str, clock: _ServerClock, machine: str) -> None:
+    """BuildError with another machine's error if this key failed to build in the fleet
+    within FAILURE_TTL (and the record is believable here). This machine's own failures
+    are not raised again: the key does not cover the headers a failed build read, so a
+    developer who fixed one retries at once, as without a remote."""
+    if tier.settings.retry_failed:
+        return
+    found = tier.call(lambda b: b.read_failure(kind, key))
+    if found is None:
+        return
+    raw, written = found
+    age = clock.age(written, fallback=True)
+    if age is not None and age > FAILURE_TTL:
+        return
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or (data.get("kind"), data.get("key")) != (kind, key):
+            return
+        if tier.record_problem(data) is not None or (machine and data.get("machine") == machine):
+            return
+        host, error, kind_of = str(data["host"])[:100], str(data["error"]), str(data.get("type", ""))[:100]
+    except (ValueError, KeyError, TypeError):
+        return
+    raise BuildError(f"{what} failed to build on {host} moments ago ({kind_of}, reported by the fleet's remote "
+                     f"{tier.name}); set ABICACHE_RETRY_FAILED=1 to build it here instead",
+                     output=error)
+
+
+class _ServerClock:
+    """Ages by the server's clock: its now, measured once per wait, minus a write time it gave."""
+
+    def __init__(self, tier: Tier) -> None:
+        self._tier = tier
+        self._offset: float | None = None
+        self._asked = False
+
+    def age(self, written: float | None, fallback: bool = False) -> float | None:
+        """None where the server gives no write time, or (unless fallback: then by this
+        machine's clock) cannot say what time it is."""
+        if written is None:
+            return None
+        if not self._asked:
+            self._asked = True
+            now = self._tier.call(lambda b: b.server_time())
+            self._offset = None if now is None else now - time.time()
+        if self._offset is None:
+            return time.time() - written if fallback else None
+        return time.time() + self._offset - written

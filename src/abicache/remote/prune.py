@@ -17,9 +17,13 @@ and a machine fetching has read a manifest before its blobs. Either may be
 in the middle of that while a prune lists, so an unnamed blob is deleted
 only after it stayed unnamed for the grace period (default an hour: far
 longer than any transfer, which is bounded by timeout + size / MIN_RATE).
-A blob named again (a new manifest) loses its mark. A manifest published
-in the instant before its blob is deleted (a race the grace makes need a
-publish slower than the grace) is a broken entry that the next prune removes.
+A blob named again (a new manifest) loses its mark at the next prune. A
+publish that reuses a blob the prune is
+deleting, between the prune's listing and its deletion, is caught from both
+sides: the publisher checks its reused blobs again once its manifest is
+written (and uploads what went), and the prune lists the manifests again
+after deleting (and removes a new one whose blob is still gone). Either the
+entry is whole or it is absent; it is never broken.
 """
 
 from __future__ import annotations
@@ -64,21 +68,25 @@ class Inventory:
 
 
 def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None) -> Inventory:
-    """Everything the remote holds (RemoteError if it fails); each key's manifests read once."""
-    by_key: dict[tuple[str, str], list[Listed]] = {}
-    for listed in backend.variants():
-        kind, key, _ = listed.name.split("/")
-        by_key.setdefault((kind, key), []).append(listed)
+    """Everything the remote holds (RemoteError if it fails); manifests read one at a time.
+    A name that is not kind/key/variant (another tool's, or planted) is listed as unreadable."""
     variants = []
-    for (kind, key), listed in by_key.items():
-        raws = backend.manifests(kind, key, mf.MAX_BYTES)
-        for item in listed:
-            variant = item.name.split("/")[2]
-            variants.append(Variant(kind, key, variant, item.size, item.written,
-                                    _manifest(raws.get(variant), kind, key, variant)))
-            progress(1)
+    for listed in backend.variants():
+        kind, key, variant = _split(listed.name)
+        raw = backend.read_manifest(kind, key, variant, mf.MAX_BYTES) if variant else None
+        variants.append(Variant(kind, key, variant, listed.size, listed.written,
+                                _manifest(raw, kind, key, variant)))
+        progress(1)
     blobs = {b.name: b.size for b in backend.blobs()}
     return Inventory(variants, blobs, backend.marks())
+
+
+def _split(name: str) -> tuple[str, str, str]:
+    """(kind, key, variant) of a listed manifest name; variant '' when the name is not one."""
+    parts = name.split("/")
+    if len(parts) != 3 or not all(parts) or any(c in name for c in "\0\n\r\ufffd"):
+        return name[:100], "", ""
+    return parts[0], parts[1], parts[2]
 
 
 def _manifest(raw: bytes | None, kind: str, key: str, variant: str) -> Manifest | None:
@@ -162,11 +170,40 @@ def _oldest_over(kept: list[Variant], inv: Inventory, max_size: int, out: Plan) 
                 total -= inv.blobs.get(sha, 0)
 
 
-def apply(backend: Backend, todo: Plan, *, now: float | None = None) -> None:
-    """Manifests first (entries vanish whole), then blobs past their grace, then marks."""
+def apply(backend: Backend, todo: Plan, inv: Inventory | None = None, *, now: float | None = None) -> int:
+    """Manifests first (entries vanish whole), then blobs past their grace, then marks;
+    then (given the inventory the plan came from) the manifests published meanwhile
+    that name a deleted blob (_published_meanwhile). Returns how many of those were removed."""
     for v, _ in todo.delete:
-        backend.delete_manifest(v.kind, v.key, v.variant)
+        if v.variant:
+            backend.delete_manifest(v.kind, v.key, v.variant)
     for sha in todo.delete_blobs:
         backend.delete_blob(sha)
     backend.set_marks({sha: now or time.time() for sha in todo.mark})
     backend.clear_marks(sorted(set(todo.unmark) | set(todo.delete_blobs)))
+    return _published_meanwhile(backend, inv, set(todo.delete_blobs)) if inv is not None else 0
+
+
+def _published_meanwhile(backend: Backend, inv: Inventory, deleted: set[str]) -> int:
+    """A machine publishing reuses a blob the remote has (it uploads only what is missing).
+    If the prune listed the manifests before that machine's was written, the blob may be
+    one it deleted. The publisher looks again once its manifest is written and uploads
+    what went (replicate._still_there); a manifest written before this second listing
+    whose blob is still gone is deleted here: the entry is then absent (rebuilt and
+    published again), never broken."""
+    if not deleted:
+        return 0
+    known = {(v.kind, v.key, v.variant) for v in inv.variants}
+    removed = 0
+    for listed in backend.variants():
+        kind, key, variant = _split(listed.name)
+        if not variant or (kind, key, variant) in known:
+            continue
+        found = _manifest(backend.read_manifest(kind, key, variant, mf.MAX_BYTES), kind, key, variant)
+        if found is None:
+            continue
+        lost = {f.sha256 for f in found.files} & deleted
+        if lost and not all(backend.has_blob(sha) for sha in lost):
+            backend.delete_manifest(kind, key, variant)
+            removed += 1
+    return removed

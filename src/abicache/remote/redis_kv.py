@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, first_line
+from .backend import CHUNK, FAILURE_BYTES, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
@@ -107,17 +107,16 @@ class RedisBackend:
         except Exception:  # noqa: BLE001  best effort from the watchdog thread
             pass
 
-    def manifests(self, kind: str, key: str, limit: int) -> dict[str, bytes | None]:
-        name = self._name("m", kind, key)
-        sizes = self._call("listing manifests", self._r.eval, _SIZES_LUA, 1, name, MAX_VARIANTS)
-        out: dict[str, bytes | None] = {}
-        for variant, size in zip(sizes[0::2], sizes[1::2]):
-            data = None
-            if int(size) <= limit:
-                data = self._call("reading a manifest", self._r.eval, _GET_LUA, 1, name, variant, limit,
-                                  size=int(size)) or None
-            out[variant.decode("utf-8", "replace")] = data if data is None or len(data) <= limit else None
-        return out
+    def variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
+        sizes = self._call("listing manifests", self._r.eval, _SIZES_LUA, 1, self._name("m", kind, key),
+                           min(limit, MAX_VARIANTS))
+        return [Listed(variant.decode("utf-8", "replace"), int(size), None)
+                for variant, size in zip(sizes[0::2], sizes[1::2])]
+
+    def read_manifest(self, kind: str, key: str, variant: str, limit: int) -> bytes | None:
+        data = self._call("reading a manifest", self._r.eval, _GET_LUA, 1, self._name("m", kind, key), variant,
+                          limit, size=limit)
+        return bytes(data) if data and len(data) <= limit else None
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         return bool(self._call("writing a manifest", self._r.hsetnx, self._name("m", kind, key), variant, data))
@@ -167,7 +166,7 @@ class RedisBackend:
     def entries(self) -> Iterator[tuple[str, str]]:
         pattern = self._name("m", "*")
         for name in self._call("listing entries", lambda: list(self._r.scan_iter(match=pattern, count=1000))):
-            parts = name.decode().split(":")
+            parts = name.decode("utf-8", "replace").split(":")  # another tool's odd names: listed, not parsed
             if len(parts) >= 5:
                 yield parts[-2], parts[-1]
 
@@ -176,7 +175,7 @@ class RedisBackend:
 
     def variants(self) -> Iterator[Listed]:
         for name in self._scan("manifests", self._name("m", "*")):
-            parts = name.decode().split(":")
+            parts = name.decode("utf-8", "replace").split(":")  # another tool's odd names are listed, not parsed
             if len(parts) < 5:
                 continue
             sizes = self._call("listing manifests", self._r.eval, _SIZES_LUA, 1, name, MAX_VARIANTS)
@@ -186,7 +185,7 @@ class RedisBackend:
     def blobs(self) -> Iterator[Listed]:
         for name in self._scan("blobs", self._name("b", "*")):
             size = self._call("listing blobs", self._r.strlen, name)
-            yield Listed(name.decode().rsplit(":", 1)[-1], int(size), None)
+            yield Listed(name.decode("utf-8", "replace").rsplit(":", 1)[-1], int(size), None)
 
     def delete_manifest(self, kind: str, key: str, variant: str) -> None:
         self._call("deleting a manifest", self._r.hdel, self._name("m", kind, key), variant)
@@ -196,7 +195,13 @@ class RedisBackend:
 
     def marks(self) -> dict[str, float]:
         found = self._call("reading gc marks", self._r.hgetall, self._name("gc"))
-        return {k.decode(): float(v) for k, v in found.items()}
+        marks = {}
+        for name, when in found.items():  # a mark another writer left odd is not a mark
+            try:
+                marks[name.decode()] = float(when)
+            except (UnicodeDecodeError, ValueError):
+                continue
+        return marks
 
     def set_marks(self, marks: dict[str, float]) -> None:
         if marks:
@@ -208,9 +213,9 @@ class RedisBackend:
 
     # ---- build leases: expired by the server itself (PX), so a dead holder's goes away
 
-    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
         data = self._call("reading a lease", self._r.getrange, self._name("lease", kind, key), 0, LEASE_BYTES - 1)
-        return (bytes(data), bytes(data)) if data else None
+        return (bytes(data), bytes(data), None) if data else None
 
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
         name, ms = self._name("lease", kind, key), max(1, int(ttl * 1000))
@@ -228,6 +233,24 @@ class RedisBackend:
         for name in self._scan("leases", self._name("lease", "*")):
             kind, _, key = name.decode("utf-8", "replace")[start:].rpartition(":")
             yield Listed(f"{kind}/{key}", 0, None)
+
+    def server_time(self) -> float | None:
+        try:
+            seconds, micros = self._call("reading the server's clock", self._r.time)
+            return float(seconds) + float(micros) / 1e6
+        except (RemoteError, TypeError, ValueError):
+            return None
+
+    # ---- shared failures: expired by the server itself (PX)
+
+    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
+        data = self._call("reading a failure", self._r.getrange, self._name("failed", kind, key), 0,
+                          FAILURE_BYTES - 1)
+        return (bytes(data), None) if data else None
+
+    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
+        self._call("writing a failure", lambda: self._r.set(self._name("failed", kind, key), data[:FAILURE_BYTES],
+                                                            px=max(1, int(ttl * 1000))))
 
     def close(self) -> None:
         try:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import (CHUNK, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix, file_chunks, first_line,
-                      lease_name, transfer_seconds)
+from .backend import (CHUNK, FAILURE_BYTES, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix,
+                      failure_name, file_chunks, first_line, lease_name, transfer_seconds)
 from .url import RemoteURL
 
 
@@ -72,28 +72,34 @@ class S3Backend:
     def _fail(self, what: str, exc: Exception) -> RemoteError:
         return RemoteError(f"{what} failed ({first_line(exc)})")
 
-    def manifests(self, kind: str, key: str, limit: int) -> dict[str, bytes | None]:
-        missing, failure = _errors()
+    def variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
+        """The first pages of the listing only: a key flooded with variants costs no more."""
+        _, failure = _errors()
         prefix = entry_prefix(kind, key)
-        out: dict[str, bytes | None] = {}
+        out: list[Listed] = []
         try:
-            listed = [meta for batch in self._obs.list(self._meta, prefix=prefix) for meta in batch]
-            for meta in listed:
-                variant = meta["path"][len(prefix):] if meta["path"].startswith(prefix) else ""
-                if "/" in variant or not variant:
-                    continue
-                if meta["size"] > limit:
-                    out[variant] = None
-                    continue
-                try:  # ranged: a server that lied in the listing still sends at most limit + 1 bytes
-                    got = self._obs.get(self._meta, meta["path"], options={"range": (0, limit + 1)})
-                    data = bytes(got.bytes())
-                except missing:
-                    continue
-                out[variant] = data if len(data) <= limit else None
+            for batch in self._obs.list(self._meta, prefix=prefix, chunk_size=min(1000, max(limit, 1))):
+                for meta in batch:
+                    variant = meta["path"][len(prefix):] if meta["path"].startswith(prefix) else ""
+                    if variant and "/" not in variant:
+                        when = meta.get("last_modified")
+                        out.append(Listed(variant, int(meta["size"]), when.timestamp() if when else None))
+                if len(out) >= limit:
+                    break
         except failure as exc:
             raise self._fail(f"listing {prefix}", exc) from None
-        return out
+        return out[:limit]
+
+    def read_manifest(self, kind: str, key: str, variant: str, limit: int) -> bytes | None:
+        missing, failure = _errors()
+        path = entry_prefix(kind, key) + variant
+        try:  # ranged: a server that lied in the listing still sends at most limit + 1 bytes
+            data = bytes(self._obs.get(self._meta, path, options={"range": (0, limit + 1)}).bytes())
+        except missing:
+            return None
+        except failure as exc:
+            raise self._fail(f"reading {path}", exc) from None
+        return data if len(data) <= limit else None
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -216,16 +222,48 @@ class S3Backend:
     # ---- build leases: conditional writes on the ETag (If-None-Match: * to take
     # one, If-Match to renew or take over a dead one), so two machines never both win
 
-    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag] | None:
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
+        got = self._small(lease_name(kind, key), LEASE_BYTES)
+        return None if got is None else (got[0], got[1], got[2])
+
+    def _small(self, path: str, limit: int) -> tuple[bytes, str, float | None] | None:
+        """A small object's first limit bytes, its ETag and its server write time."""
         missing, failure = _errors()
-        path = lease_name(kind, key)
         try:
-            got = self._obs.get(self._meta, path, options={"range": (0, LEASE_BYTES)})
-            return bytes(got.bytes())[:LEASE_BYTES], str(got.meta.get("e_tag") or "")
+            got = self._obs.get(self._meta, path, options={"range": (0, limit)})
+            when = got.meta.get("last_modified")
+            return bytes(got.bytes())[:limit], str(got.meta.get("e_tag") or ""), when.timestamp() if when else None
         except missing:
             return None
         except failure as exc:
             raise self._fail(f"reading {path}", exc) from None
+
+    def server_time(self) -> float | None:
+        """S3 has no clock call: the write time the server gives a tiny object this
+        process writes (v1/clock/<uuid>, overwritten, deleted by nothing: 0 bytes)."""
+        import uuid
+
+        _, failure = _errors()
+        path = f"v1/clock/{uuid.uuid4().hex}"
+        try:
+            self._obs.put(self._meta, path, b"")
+            when = self._obs.head(self._meta, path).get("last_modified")
+            self._obs.delete(self._meta, path)
+        except failure:
+            return None
+        return when.timestamp() if when else None
+
+    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
+        got = self._small(failure_name(kind, key), FAILURE_BYTES)
+        return None if got is None else (got[0], got[2])
+
+    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
+        _, failure = _errors()
+        path = failure_name(kind, key)
+        try:
+            self._obs.put(self._meta, path, data[:FAILURE_BYTES])
+        except failure as exc:
+            raise self._fail(f"writing {path}", exc) from None
 
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
         from obstore.exceptions import AlreadyExistsError, PreconditionError

@@ -44,6 +44,11 @@ class RemoteSettings:
     signing_key: Path | None = None
     trusted: tuple[keymod.PublicKey, ...] = ()
     lease: float = 30.0  # seconds a build lease lives unrenewed (remote/lease.py); 0: no leases
+    stuck: float = 60.0  # seconds a holder's build may go without progress before waiters build
+    wait: float = 600.0  # the longest wait for another machine's build of unknown length
+    retry_failed: bool = False  # build even when another machine has just failed to
+    max_variants: int = 64  # variants of one key a lookup considers
+    lookup_bytes: int = 16 << 20  # manifest bytes one lookup may read
 
     @classmethod
     def from_env(cls, url: str | None = None) -> RemoteSettings | None:
@@ -60,6 +65,11 @@ class RemoteSettings:
             signing_key=keymod.signing_key_from_env(),
             trusted=keymod.trusted_from_env(),
             lease=config.seconds("ABICACHE_REMOTE_LEASE"),
+            stuck=config.seconds("ABICACHE_LEASE_STUCK"),
+            wait=config.seconds("ABICACHE_LEASE_WAIT"),
+            retry_failed=config.flag("ABICACHE_RETRY_FAILED"),
+            max_variants=config.count("ABICACHE_REMOTE_MAX_VARIANTS", least=1),
+            lookup_bytes=config.count("ABICACHE_REMOTE_LOOKUP_BYTES", least=1 << 16),
         )
 
 
@@ -144,19 +154,44 @@ class Tier:
     def sign(self, manifest: Manifest) -> Manifest:
         if self.settings.signing_key is None:
             return manifest._replace(signature=None)
+        return self._load_signer().sign(manifest)
+
+    def _load_signer(self) -> keymod.Signer:
         if self._signer is None:
-            self._signer = keymod.load_signer(self.settings.signing_key)
-        return self._signer.sign(manifest)
+            self._signer = keymod.load_signer(self.settings.signing_key)  # type: ignore[arg-type]
+        return self._signer
+
+    def sign_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A lease or failure record as this machine writes it: signed where it has a key."""
+        if self.settings.signing_key is None:
+            return record
+        return keymod.sign_record(self._load_signer(), record)
+
+    def record_problem(self, record: dict[str, Any]) -> str | None:
+        """Why a lease or failure record read from the remote is not to be believed, or None.
+        Where this fleet requires signatures, so do its records: anyone who can write the
+        remote could otherwise stall it (a lease) or fail its builds (a failure)."""
+        if not self.settings.trusted:
+            return None
+        return keymod.check_record(record, self.settings.trusted)
 
 
 def _open(settings: RemoteSettings) -> Backend:
-    if settings.url.scheme == "s3":
-        from .s3 import S3Backend
+    """The client; RemoteError (so: one warning, then local builds) when its library is missing."""
+    try:
+        if settings.signing_key is not None or settings.trusted:
+            import cryptography  # noqa: F401  signing and checking need it: a remote without it is unusable
 
-        return S3Backend(settings.url, settings.timeout)
-    from .redis_kv import RedisBackend
+        if settings.url.scheme == "s3":
+            from .s3 import S3Backend
 
-    return RedisBackend(settings.url, settings.timeout)
+            return S3Backend(settings.url, settings.timeout)
+        from .redis_kv import RedisBackend
+
+        return RedisBackend(settings.url, settings.timeout)
+    except ImportError as exc:
+        raise RemoteError(f"a library it needs is not installed ({exc.name or exc}); "
+                          "install it with: pip install 'abicache[remote]'") from None
 
 
 _tiers: dict[RemoteSettings, Tier] = {}

@@ -2,8 +2,9 @@
 
 Safe while other processes use the store: an entry leaves by one rename into
 trash/ (a reader sees it whole or not at all; a process that has the .so
-mapped keeps its mapping), and a blob is deleted only when no entry links to
-it (link count 1). Builders' leftovers in tmp/ are removed once older than
+mapped keeps its mapping), only while no build pins or builds its key (a
+build pins the object entries it hands to its linker: store/lock.py), and a
+blob is deleted only when no entry links to it (link count 1). Builders' leftovers in tmp/ are removed once older than
 `tmp_age`, so a live build is never touched.
 """
 
@@ -17,6 +18,7 @@ from typing import Callable
 
 from ..errors import ManifestError
 from .local import Store, children, stage_in_use
+from .lock import unless_in_use
 
 DEFAULT_TMP_AGE = 6 * 3600.0
 QUARANTINE_AGE = 7 * 86400.0
@@ -30,6 +32,7 @@ class GcReport:
     bytes_before: int = 0
     bytes_after: int = 0
     leftovers_removed: int = 0
+    in_use: int = 0  # entries left because a running build uses them (store/lock.py's pins)
     removed: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -70,11 +73,15 @@ def collect_garbage(
         too_big = max_size is not None and size > max_size
         if not (too_old or too_big):
             continue
+        if not dry_run:
+            with unless_in_use(_lock_of(store, entry.vdir)) as free:
+                if not free:  # a running build handed its file to a linker, or builds the key
+                    report.in_use += 1
+                    continue
+                store.remove_tree(entry.vdir)
+            size -= _drop_orphans(store, entry.blobs, report)
         report.removed.append(entry.vdir.relative_to(store.layout.entries).as_posix())
         report.entries_removed += 1
-        if not dry_run:
-            store.remove_tree(entry.vdir)
-            size -= _drop_orphans(store, entry.blobs, report)
         if progress:
             progress(1)
     if not dry_run:
@@ -83,6 +90,14 @@ def collect_garbage(
         _drop_stale_index(store)
     report.bytes_after = size if not dry_run else report.bytes_before
     return report
+
+
+def _lock_of(store: Store, vdir: Path) -> Path:
+    """The lock file of the entry's key (a folder not named by a key has none)."""
+    try:
+        return store.layout.lock_file(vdir.parent.name)
+    except ValueError:
+        return store.layout.locks / "-"
 
 
 def _entries(store: Store) -> list[_Entry]:

@@ -292,6 +292,11 @@ class Store:
 
     def collect(self, stage: Path) -> list[str]:
         """The regular files a builder left in stage, as safe relative paths."""
+        top = stage.lstat()
+        if not stat.S_ISDIR(top.st_mode):  # replaced by a link: what it points at is not ours to publish or chmod
+            raise BuildError(f"the builder replaced its output directory {stage} with "
+                             f"{'a symbolic link' if stat.S_ISLNK(top.st_mode) else 'something else'}; "
+                             "write regular files into it instead")
         found = []
         for folder, dirs, files in os.walk(stage, onerror=_raise):  # a folder unread is not a folder empty
             for name in dirs + files:
@@ -513,6 +518,14 @@ class Store:
             for prefix in _subdirs(kind_dir):
                 for key_dir in _subdirs(prefix):
                     yield from _subdirs(key_dir)
+
+    def iter_name_variants(self, kind: str, name: str) -> Iterator[Path]:
+        """Variant directories of the keys built under (kind, name), by the index."""
+        for key in self.keys_named(kind, name):
+            try:
+                yield from _subdirs(self.layout.key_dir(kind, key))
+            except ValueError:
+                continue  # not a key's name: the index is advisory
 
     def iter_blobs(self) -> Iterator[os.DirEntry[str]]:
         for prefix in _subdirs(self.layout.blobs):

@@ -190,3 +190,53 @@ def _warn_unlocked(lock: Path, exc: OSError) -> None:
             AbicacheWarning,
             stacklevel=4,
         )
+
+
+# ---- pins: entries in use that gc must leave alone ---------------------------------------------
+#
+# A build hands the linker an object entry's file in the store. gc (which runs
+# beside builds) would remove that entry before the linker opens it. So the
+# build holds a shared flock on the key's lock file from the hand-over until
+# the link is done, and gc removes an entry only while it holds the exclusive
+# one (a builder of the key holds it too, and is left alone as well).
+
+
+def pin(lock: Path, mode: int, seconds: float = 5.0) -> int | None:
+    """The lock file held shared (close it to let go), or None: locks do not work
+    here, or a builder of the key held it for seconds."""
+    import fcntl
+
+    try:
+        fd = _open(lock, mode)
+    except OSError:
+        return None
+    deadline, pause = time.monotonic() + seconds, 0.002
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except OSError as exc:
+            if exc.errno not in _BUSY or time.monotonic() > deadline:
+                os.close(fd)
+                return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+@contextmanager
+def unless_in_use(lock: Path) -> Iterator[bool]:
+    """True (the key's lock held exclusive meanwhile) when no build uses or builds the key."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(lock, flags)
+    except OSError:
+        yield True  # no lock file: nobody has pinned or built the key since it was made
+        return
+    try:
+        try:
+            free = _try(fd)
+        except OSError:
+            free = True  # locks do not work on this filesystem: nothing can be pinned either
+        yield free
+    finally:
+        os.close(fd)

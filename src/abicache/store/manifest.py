@@ -277,12 +277,14 @@ def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
 
 _DEP_BASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DEP_SHA = re.compile(r"[0-9a-f]{64}")
-_DEP_CHARS = re.compile(r"[^\\\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}")
+#: a path's characters: printable (a backslash is a file name's character on POSIX: the
+#: compiler reads `a\b.h` as that name, and a dependency is only stat'ed and hashed)
+_DEP_CHARS = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}")
 
 
 def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
     """[[base, path, sha256], ...]: a relative path inside a named base, or an
-    absolute one under base "abs"; printable, no backslash, no empty or '.'
+    absolute one under base "abs"; printable, no empty or '.'
     parts ('..' stays as the compiler spelled it). A manifest from the local
     store (owner-checked, and validated in full when it came from a remote)
     gets the structural check only: a

@@ -184,6 +184,13 @@ def ensure_root(root: Path, trust: Trust) -> Path:
     return real
 
 
+def _quoted(path: Path) -> str:
+    """A path as a shell command line may hold it: a folder's name can hold ~, $ or spaces."""
+    import shlex
+
+    return shlex.quote(str(path))
+
+
 def _check_root(root: Path, st: os.stat_result, trust: Trust) -> None:
     problem = trust.problem(st, f"cache root {root}")
     if problem is None:
@@ -192,7 +199,7 @@ def _check_root(root: Path, st: os.stat_result, trust: Trust) -> None:
         hint = ("Use a root of your own (ABICACHE_DIR), or set ABICACHE_SHARED=<group> if it is a cache "
                 "shared by a group you trust and its owner is a member.")
         raise UntrustedRootError(f"{problem}; loading a library from it would run code that user controls. {hint}")
-    fix = f"chmod o-w {root}" if trust.shared else f"chmod go-w {root}"
+    fix = f"chmod o-w -- {_quoted(root)}" if trust.shared else f"chmod go-w -- {_quoted(root)}"
     hint = "" if trust.shared else ", or set ABICACHE_SHARED=<group> for a cache shared by a trusted group"
     raise UntrustedRootError(
         f"{problem}; anyone who can write there can run code in your processes. Fix: {fix}{hint}."
@@ -209,5 +216,6 @@ def _check_ancestors(root: Path) -> None:
         if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
             raise UntrustedRootError(
                 f"cache root {root} lies in {folder}, which anyone may write (mode {stat.S_IMODE(st.st_mode):o}, "
-                f"no sticky bit): they could replace the cache. Fix: chmod o-w {folder} (or +t), or move ABICACHE_DIR."
+                f"no sticky bit): they could replace the cache. Fix: chmod o-w -- {_quoted(folder)} (or +t), or move "
+                "ABICACHE_DIR."
             )
