@@ -43,7 +43,12 @@ def cli_md() -> str:
 def configuration_md() -> str:
     rows = "\n".join(f"| `{name}` | `{default}` | {meaning} |" for name, (default, meaning) in config.VARIABLES.items())
     return ("# Configuration\n\nEvery setting is an environment variable (generated from "
-            "`abicache.config.VARIABLES`; `abicache env` shows the values in effect).\n\n"
+            "`abicache.config.VARIABLES`; `abicache env` shows the values in effect), and can also be kept "
+            "in a TOML file under its name without `ABICACHE_`, in lower case (`max_size = \"10G\"`). "
+            "The environment wins, then the store's `<root>/abicache.toml`, then the user's "
+            "`~/.config/abicache/config.toml` (`$XDG_CONFIG_HOME`), then the default; "
+            "`abicache config list` shows where each value comes from, `abicache config set max_size 10G` "
+            "writes one.\n\n"
             "| variable | default | meaning |\n|---|---|---|\n" + rows + "\n")
 
 

@@ -215,6 +215,55 @@ exec c++ "$@"
     assert report["entries_removed"] >= 1  # and gc did evict what nobody used (the first build's library)
 
 
+INTERRUPTED = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from abicache import Cache, cc
+    units = [Path(sys.argv[1]) / f"u{i}.cpp" for i in range(4)]
+    cc.load_library("four", units, cache=Cache(sys.argv[2], remote=False))
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_build_stops_every_compiler_at_once(tmp_path: Path, sig: str) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM in a 4-unit build whose compilers take 20 s: the process
+    ends within a few seconds, every compiler is gone, one line says so, no BuildError,
+    and the store holds nothing partial."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"u{i}.cpp").write_text(f'extern "C" int f{i}() {{ return {i}; }}\n')
+    pids = tmp_path / "pids"
+    slow = tmp_path / "slow-c++"
+    slow.write_text(f'#!/bin/sh\necho $$ >> {pids}\nsleep 20\nexec c++ "$@"\n')
+    slow.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(slow), "MAX_JOBS": "2"}
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(src), str(tmp_path / "store")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and len(pids.read_text().split()) >= 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids.exists(), "no compiler started"
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert took < 3.0, f"the build went on for {took:.1f} s after {sig}"
+    alive = [pid for pid in pids.read_text().split() if Path(f"/proc/{pid}").exists()]
+    assert alive == [], f"compilers left running: {alive}"
+    if sig == "SIGINT":
+        assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err  # as Python ends on it
+        assert err.count("abicache: interrupted") == 1 and "BuildError" not in err, err
+        assert "/engine/" not in err and err.count('  File "') <= 8, err  # the user's frames and the API's
+    else:
+        assert proc.returncode == 128 + signal.SIGTERM and "terminated" in err, err
+    from abicache.store.verify import verify_store
+
+    cache = Cache(tmp_path / "store", remote=False)
+    assert verify_store(cache.store, full=True).clean
+    assert not any(cache.store.layout.tmp.iterdir()) if cache.store.layout.tmp.exists() else True
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_no_more_than_max_jobs_compilers_run_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       jobs: str) -> None:
@@ -435,6 +484,22 @@ def test_header_names_with_a_tab_or_a_line_break_build(tmp_path: Path, monkeypat
     assert lib.w() == 5
     assert any("line break" in str(w.message) and "not cached" in str(w.message) for w in said), \
         [str(w.message) for w in said]
+
+
+def test_a_source_whose_name_is_not_utf8_builds_and_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file name of Latin-1 bytes, as the compiler takes it: built and loaded, no
+    UnicodeEncodeError (the key hashed it as text); not cached, said, since the compiler
+    looks for `<name>.gch`, a name a manifest cannot hold yet."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    name = os.fsdecode(b"caf\xe9.cpp")
+    Path(name).write_text('extern "C" int f() { return 7; }\n')
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert cc.load_library("latin", [Path(name)], cache=Cache(tmp_path / "store")).f() == 7
+    assert any("not UTF-8" in str(w.message) for w in said), [str(w.message) for w in said]
 
 
 def test_depfile_syntax(tmp_path: Path) -> None:

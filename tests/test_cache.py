@@ -430,3 +430,39 @@ def test_a_declared_requirement_that_cannot_hold_here_builds_nothing(tmp_path: P
     art = Cache(tmp_path / "s").for_target({"gpu.arch": "sm_90"}).get_or_build(
         "my.kernel", "gemm", inputs, build, requires=["gpu.arch ~= sm_90a"])
     assert calls == [1] and art.requirements.to_list() == ["gpu.arch ~= sm_90a"]
+
+
+def test_max_size_evicts_after_builds_and_gc_leaves_no_strays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ABICACHE_MAX_SIZE: after builds, the least recently used entries go down to the cap
+    (here at once: the once-a-minute amortisation set to 0); `gc --max-size 0` then leaves
+    no lock file, index file or empty folder behind (it left ~20 MB for 2,000 entries)."""
+    import threading
+
+    from abicache.store import gc
+
+    monkeypatch.setattr(gc, "EVERY", 0.0)
+    monkeypatch.setattr(gc, "SETTLED", 0.0)
+    monkeypatch.setenv("ABICACHE_MAX_SIZE", "100K")
+    cache = Cache(tmp_path / "s", remote=False)
+    for n in range(12):
+        cache.get_or_build("t", f"k{n}", {"extra": {"n": n}}, writer({"f": os.urandom(30_000)}))
+        for thread in threading.enumerate():
+            if thread.name == "abicache-evict":
+                thread.join(30)
+    used, _ = gc.disk_usage(cache.store)
+    assert used <= 100 * 1024 and cache.find("t", cache.key_for("t", "k11", _as({"extra": {"n": 11}}))[0])
+    report = gc.collect_garbage(cache.store, max_size=0)
+    assert report.entries_removed >= 1
+    left = sorted(p.relative_to(cache.store.layout.base).as_posix() for p in cache.store.layout.base.rglob("*")
+                  if p.is_file() and not p.relative_to(cache.store.layout.base).as_posix().startswith(("log/", "tools/")))
+    assert left == [], left
+    folders = [p for p in cache.store.layout.entries.rglob("*") if p.is_dir()]
+    assert folders == [], folders
+    again = Cache(tmp_path / "s", remote=False).get_or_build("t", "k0", {"extra": {"n": 0}}, writer({"f": b"back"}))
+    assert again.origin == "built" and again.file().read_bytes() == b"back"
+
+
+def _as(doc: dict) -> object:
+    from abicache.key import Inputs
+
+    return Inputs.make(**doc)

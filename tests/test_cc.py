@@ -69,6 +69,11 @@ def test_compile_errors_show_the_command_and_output(cache: Cache) -> None:
     text = str(info.value)
     assert "building library broken failed" in text
     assert "command: c++ -shared" in text and "error:" in text
+    assert text.index("error:") < text.index("command:")  # the compiler's own words first
+    import traceback
+
+    frames = [f.filename for f in traceback.extract_tb(info.value.__traceback__)]
+    assert not any("/engine/" in f for f in frames) and info.value.__cause__ is None, frames  # none of ours
     assert not list(cache.store.iter_variant_dirs())
 
 

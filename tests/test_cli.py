@@ -5,8 +5,10 @@ import re
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
+import pytest
 
 from abicache import Cache, cc
 from abicache.cli import main
@@ -282,3 +284,132 @@ def test_env_flags_a_bad_observer_or_check_setting(tmp_path: Path) -> None:
     assert shown.returncode == 1
     problems = json.loads(shown.stdout)["problems"]
     assert set(problems) == {"ABICACHE_OBSERVE", "ABICACHE_CHECK"} and "whole number" in problems["ABICACHE_CHECK"]
+
+
+def test_a_command_whose_extra_is_not_installed_names_the_pip_command(tmp_path: Path) -> None:
+    """`abicache keys generate` after `pip install abicache` (no [remote] extra): one line
+    naming the extra, exit 2, no ModuleNotFoundError traceback."""
+    code = textwrap.dedent("""
+        import sys
+        class Missing:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "cryptography":
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, Missing())
+        from abicache.cli.main import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, "keys", "generate", str(tmp_path / "k")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'abicache[remote]'" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_bad_remote_setting_is_the_remote_commands_one_error(tmp_path: Path) -> None:
+    """`abicache remote` with ABICACHE_REMOTE=ftp://x said "ignored", then "set ABICACHE_REMOTE"."""
+    done = subprocess.run([sys.executable, "-m", "abicache", "remote", "--root", str(tmp_path)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_REMOTE": "ftp://x"},
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.count("abicache") == 1, done.stderr
+    assert "unknown scheme 'ftp'" in done.stderr and "ignored" not in done.stderr
+
+
+COUNTING = textwrap.dedent("""
+    import sys
+    from abicache import Cache
+    cache = Cache(sys.argv[1], remote=False)
+    for n in range(int(sys.argv[2])):
+        cache.get_or_build("test", f"k{n % 3}", {"extra": {"n": n % 3}}, lambda out: (out / "f").write_text("x"))
+    try:
+        cache.get_or_build("test", "broken", {"extra": {}}, lambda out: 1 / 0)
+    except ZeroDivisionError:
+        pass
+""")
+
+
+def test_stats_count_hits_misses_and_errors_of_concurrent_processes(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """4 processes at once, 10 lookups of 3 keys each and one failing build: 3 misses in all
+    (one build per key, whoever won), 37 hits, 4 errors; --zero starts again; a hit writes nothing."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    procs = [subprocess.Popen([sys.executable, "-c", COUNTING, str(tmp_path / "s"), "10"], env=env) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    assert main(["stats", "--root", str(tmp_path / "s"), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert (counts["hits_local"], counts["misses"], counts["builds"], counts["errors"]) == (37, 7, 3, 4), counts
+    assert counts["hit_rate"] == round(37 / 44, 4)
+    assert main(["stats", "--root", str(tmp_path / "s"), "--zero"]) == 0
+    capsys.readouterr()
+    assert main(["stats", "--root", str(tmp_path / "s"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["misses"] == 0
+
+
+def test_ls_at_80_columns_keeps_keys_whole_and_hides_the_engines_entries(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from abicache.cli import render
+
+    root = tmp_path / "store"
+    cache = Cache(root)
+    for name in ("a-rather-long-library-name-one", "a-rather-long-library-name-two"):
+        cc.build_library(name, ['extern "C" int f() { return 1; }', 'extern "C" int g() { return 2; }'], cache=cache)
+    monkeypatch.setattr(render, "_console", lambda: Console(width=80, soft_wrap=False))
+    assert main(["ls", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    keys = [m.key[:12] for _, m in __import__("abicache.cli.commands", fromlist=["x"]).manifests_of(cache)
+            if m.kind == "cc.library"]
+    assert all(k in out for k in keys), out  # each on one line, whole: copyable
+    assert "cc.object" not in out and "--all lists them" in out
+    assert main(["ls", "--root", str(root), "--all"]) == 0
+    assert "cc.object" in capsys.readouterr().out
+
+
+def test_config_files_and_their_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The environment, then the store's abicache.toml, then the user's config.toml, then the
+    default; `config set` refuses a value its setting would refuse (keeping the old one);
+    an unknown key is flagged by `config list` (exit 1) and `abicache env`."""
+    from abicache import config, settings_file
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "store"))
+    monkeypatch.delenv("ABICACHE_MAX_SIZE", raising=False)
+    settings_file.forget()
+
+    def get() -> dict:
+        capsys.readouterr()  # what the commands before said
+        assert main(["config", "get", "max_size", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert get()["from"] == "default" and config.size("ABICACHE_MAX_SIZE") is None
+    assert main(["config", "set", "max-size", "10G"]) == 0
+    assert get() == {"name": "ABICACHE_MAX_SIZE", "value": "10G", "from": str(settings_file.user_file())}
+    assert config.size("ABICACHE_MAX_SIZE") == 10 << 30
+    assert main(["config", "set", "ABICACHE_MAX_SIZE", "2G", "--store"]) == 0
+    assert get()["value"] == "2G" and get()["from"] == str(tmp_path / "store" / "abicache.toml")
+    monkeypatch.setenv("ABICACHE_MAX_SIZE", "5G")
+    assert get()["from"] == "environment" and config.size("ABICACHE_MAX_SIZE") == 5 << 30
+    monkeypatch.delenv("ABICACHE_MAX_SIZE")
+    assert main(["config", "set", "max_size", "banana", "--store"]) == 2
+    assert "not a size" in capsys.readouterr().err and get()["value"] == "2G"  # the old value kept
+    assert main(["config", "unset", "max_size", "--store"]) == 0
+    capsys.readouterr()
+    assert get()["value"] == "10G"
+    settings_file.user_file().write_text(settings_file.user_file().read_text() + 'maxsize = "1G"\n')
+    settings_file.forget()
+    assert main(["config", "list"]) == 1
+    assert "maxsize" in capsys.readouterr().out
+    assert main(["config", "get", "nope"]) == 2 and "not a setting" in capsys.readouterr().err
+    settings_file.forget()
+
+
+def test_every_command_has_a_description_and_an_example() -> None:
+    import argparse
+
+    from abicache.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    lacking = [name for name, command in sub.choices.items()
+               if not command.description or "example" not in (command.epilog or "")]
+    assert lacking == []

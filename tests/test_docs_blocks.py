@@ -123,7 +123,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _env(scratch: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(scratch / "store"), "ABICACHE_PROGRESS": "0",
-            "TORCH_EXTENSIONS_DIR": str(scratch / "torch-extensions"), "TRITON_CACHE_DIR": str(scratch / "triton")}
+            "TORCH_EXTENSIONS_DIR": str(scratch / "torch-extensions"), "TRITON_CACHE_DIR": str(scratch / "triton"),
+            "XDG_CONFIG_HOME": str(scratch / "config")}  # `abicache config set` writes there, not in the user's home
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang == "python" for b in blocks(p))],

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "abicache"
 
 #: bottom first; each name is a top-level module or a subpackage of abicache
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "versions", "archs", "config", "progress", "elftables", "libload", "hip"},
+    {"_version", "errors", "versions", "archs", "config", "settings_file", "progress", "elftables", "libload", "hip"},
     {"requirements"},
     {"env"},
     {"key", "audit"},

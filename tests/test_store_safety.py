@@ -21,6 +21,7 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -551,3 +552,49 @@ def test_a_small_entry_is_not_held_back_to_be_stamped(root: Path, monkeypatch: p
     monkeypatch.setattr(local, "_WAIT_BYTES", 1024)
     Cache(root).get_or_build("t", "large", INPUTS, writer({"lib.so": os.urandom(4096)}))
     assert slept and 0 < slept[0] <= stamps.FINE_SECONDS + 0.002
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (mounting needs root: skipped with the reason otherwise)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()[:80]}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_disk: Path) -> None:
+    """ENOSPC while publishing and EROFS on a miss: StoreUnwritableError naming the store,
+    the error and the fix (the CLI: one line, exit 2); hits still load; nothing partial."""
+    from abicache.errors import StoreUnwritableError
+    from abicache.store.verify import verify_store
+
+    cache = Cache(small_disk / "store", remote=False)
+    kept = cache.get_or_build("t", "small", {"extra": {}}, lambda out: (out / "f").write_bytes(b"x" * 1000))
+    with pytest.raises(StoreUnwritableError, match="disk is full") as full:
+        cache.get_or_build("t", "big", {"extra": {}}, lambda out: (out / "f").write_bytes(os.urandom(3 << 20)))
+    assert str(small_disk / "store") in str(full.value) and full.value.__cause__ is None
+    assert verify_store(cache.store, full=True).clean
+    orphans = [b.path for b in cache.store.iter_blobs() if os.stat(b.path).st_nlink < 2]
+    assert orphans == [], orphans  # a blob no entry links to, left by the failed publish
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    fresh = Cache(small_disk / "store", remote=False)
+    assert fresh.get_or_build("t", "small", {"extra": {}}, _never).file().read_bytes() == b"x" * 1000
+    with pytest.raises(StoreUnwritableError, match="read-only"):
+        fresh.get_or_build("t", "other", {"extra": {}}, lambda out: (out / "f").write_bytes(b"y"))
+    done = subprocess.run([sys.executable, "-m", "abicache", "gc", "--max-size", "0", "--root",
+                           str(small_disk / "store")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "read-only" in done.stderr, done.stderr
+    assert kept.file().read_bytes() == b"x" * 1000
+
+
+def _never(out: Path) -> None:
+    raise AssertionError("built, where the store had the entry")

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from . import config, key as keys
 from ._version import __version__
 from .env import Facts
-from .errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError
+from .errors import (AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError,
+                     unwritable_store)
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
-from .store import deps as depcheck, transient
+from .store import counters, deps as depcheck, transient
 from .store.manifest import FILENAME as MANIFEST_FILE, Absent, Dependency, System, check_text, preference, variant_id
 from .store.trust import group_setting
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 Builder = Callable[[Path], Any]
 #: waits for the fleet's lease before a miss builds without one (the lease changed hands each time)
 _FLEET_ROUNDS = 3
+#: entries the build engine asks for on a build's behalf (a unit's object, a precompiled header):
+#: not counted in the statistics, which count what the user asked for
+_INTERNAL_KINDS = frozenset({"cc.object", "torch.pch"})
 
 
 class BuildResult(NamedTuple):
@@ -310,6 +314,7 @@ class Cache:
         memo_key = (kind, name, inputs, declared, verify, tuple(sorted(bases.items())) if bases else ())
         found = self._memo.get(memo_key)
         if found is not None and os.path.isdir(found.path) and found.current():
+            self._count(kind, found)
             return found
         _check_name(name)
         _refuse_unmet(kind, name, self._checked(declared).unmet(self.facts))
@@ -317,10 +322,23 @@ class Cache:
             try:
                 found = self._get_or_build(kind, name, inputs, build, declared, verify, bases)
                 break
+            except KeyboardInterrupt:  # Ctrl-C: the build stopped and left nothing; its frames are noise
+                raise KeyboardInterrupt from None
+            except BuildError as exc:  # the compiler's message is the news: not twenty frames of ours
+                self._count(kind, None)
+                raise exc.with_traceback(None) from None
             except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):
+                    self._count(kind, None)
+                    full = unwritable_store(exc, self.store.root)  # one line naming the store and the fix
+                    if full is not None:
+                        raise full from None
                     raise
                 transient.pause(attempt)
+            except Exception:
+                self._count(kind, None)
+                raise
+        self._count(kind, found)
         if found.manifest.recorded:  # later calls ask whether what it read still holds
             if found.origin == "built":  # stamp the witnesses now: the next hit stats, and writes nothing
                 self.store.deps_changed(found.path, found.manifest, bases)
@@ -328,6 +346,33 @@ class Cache:
             found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env, m.system))
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
+
+    def _count(self, kind: str, found: Artifact | None) -> None:
+        """Statistics (store/counters.py) of what was asked for: not the unit objects and
+        headers the build engine asks for on its own behalf. found None: a build failed."""
+        if kind in _INTERNAL_KINDS:
+            return
+        if found is None:
+            counters.count(self.store, misses=1, errors=1)
+        elif found.origin == "built":
+            counters.count(self.store, misses=1, builds=1, build_seconds=found.manifest.build_seconds or 0.0)
+            counters.flush(self.store)  # a miss writes anyway; a hit never does
+            self._keep_under_cap()
+        else:
+            counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0,
+                           **{"hits_remote" if found.origin == "remote" else "hits_local": 1})
+
+    def _keep_under_cap(self) -> None:
+        """ABICACHE_MAX_SIZE: evict down to it after builds (store/gc.keep_under: amortised)."""
+        try:
+            cap = config.size("ABICACHE_MAX_SIZE")
+        except ConfigError as exc:
+            _warn_once(f"abicache: ABICACHE_MAX_SIZE is ignored: {exc}")
+            return
+        if cap is not None:
+            from .store.gc import keep_under
+
+            keep_under(self.store, cap)
 
     def _get_or_build(self, kind: str, name: str, inputs: keys.Inputs, build: Builder, declared: Requirements,
                       verify: str, bases: Mapping[str, str]) -> Artifact:

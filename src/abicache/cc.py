@@ -51,24 +51,34 @@ def compiler_command(lang: str) -> list[str]:
 def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *,
                  env: Mapping[str, str] | None = None, fds: Sequence[int] = ()) -> None:
     """Run one compiler command (env: variables added to this process's); on
-    failure, BuildError with its output."""
+    failure, BuildError with its output. It runs in a process group of its own,
+    stopped with the build when the build is interrupted (engine/interrupt.py)."""
     import subprocess
 
+    from .engine import interrupt
+
+    if interrupt.stopping():
+        raise interrupt.Stopped(f"building {what}: interrupted")
     if verbose:
         print("abicache: " + " ".join(argv), file=sys.stderr, flush=True)
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace",
-                              env={**os.environ, **env} if env else None, pass_fds=tuple(fds))
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", env={**os.environ, **env} if env else None,
+                                pass_fds=tuple(fds), start_new_session=True)
     except FileNotFoundError:
         raise BuildError(
             f"compiler {argv[0]!r} not found while building {what}; install it or set CC/CXX",
             command=tuple(argv),
         ) from None
-    if done.returncode != 0:
+    with interrupt.running(proc):
+        stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        if interrupt.stopping():
+            raise interrupt.Stopped(f"building {what}: interrupted")
         raise BuildError(
-            f"building {what} failed (exit {done.returncode})",
+            f"building {what} failed (exit {proc.returncode})",
             command=tuple(argv),
-            output=done.stdout + done.stderr,
+            output=stdout + stderr,
         )
 
 

@@ -51,13 +51,16 @@ VARIABLES: dict[str, tuple[str, str]] = {
                             "of the compiler (not recorded), as ccache's sloppiness=system_headers"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
                        "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
+    "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): after a build, at most once a "
+                          "minute, the least recently used entries are evicted down to it, as ccache's max_size "
+                          "(empty: no cap; `abicache gc --max-size` does it by hand)"),
     "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 
 
 def default_root() -> Path:
-    """ABICACHE_DIR, else the platform's user cache directory."""
-    explicit = os.environ.get("ABICACHE_DIR")
+    """ABICACHE_DIR (or `dir` in the user's config file), else the platform's user cache directory."""
+    explicit, _ = lookup("ABICACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
     common = _xdg_cache_root()
@@ -83,9 +86,40 @@ def _xdg_cache_root() -> Path | None:
     return Path(home, ".cache", "abicache") if os.path.isabs(home) else None
 
 
+def lookup(name: str) -> tuple[str | None, str]:
+    """(the value, where it comes from): the environment, the store's config file, the
+    user's config file (settings_file.py), or (None, "default")."""
+    if name in os.environ:
+        return os.environ[name], "environment"
+    from . import settings_file
+
+    key = settings_file.key_of(name)
+    for path in _files(name):
+        found = settings_file.values(path, VARIABLES).get(key)
+        if found is not None:
+            return found, str(path)
+    return None, "default"
+
+
+def _files(name: str) -> list[Path]:
+    """The config files a setting is looked for in, the first first (the store's own file
+    is found through the root, so ABICACHE_DIR itself is only in the user's)."""
+    from . import settings_file
+
+    user = settings_file.user_file()
+    if name == "ABICACHE_DIR":
+        return [user]
+    return [settings_file.store_file(default_root()), user]
+
+
+def _raw(name: str, default: str | None = None) -> str:
+    value, _ = lookup(name)
+    return (VARIABLES[name][0] if default is None else default) if value is None else value
+
+
 def text(name: str) -> str:
     """The variable's value, or its default; '' when unset and without default."""
-    raw = os.environ.get(name, "").strip()
+    raw = _raw(name, "").strip()
     if raw:
         return raw
     default = VARIABLES[name][0]
@@ -98,7 +132,7 @@ MAX_SECONDS = 10 * 365 * 86400.0
 
 def seconds(name: str) -> float:
     """A finite number of seconds from 0 to MAX_SECONDS, or the default."""
-    raw = os.environ.get(name, VARIABLES[name][0])
+    raw = _raw(name)
     try:
         value = float(raw)
     except ValueError:
@@ -112,7 +146,7 @@ def seconds(name: str) -> float:
 
 
 def flag(name: str) -> bool:
-    raw = os.environ.get(name, VARIABLES[name][0]).strip().lower()
+    raw = _raw(name).strip().lower()
     if raw in ("1", "true", "yes", "on"):
         return True
     if raw in ("", "0", "false", "no", "off", "auto"):
@@ -122,14 +156,14 @@ def flag(name: str) -> bool:
 
 def tristate(name: str) -> bool | None:
     """Like flag(), but 'auto' (the default) gives None."""
-    if os.environ.get(name, "auto").strip().lower() == "auto":
+    if _raw(name, "auto").strip().lower() == "auto":
         return None
     return flag(name)
 
 
 def count(name: str, *, least: int = 0) -> int:
     """A whole number, at least `least`, or the default."""
-    raw = os.environ.get(name, VARIABLES[name][0]).strip()
+    raw = _raw(name).strip()
     try:
         value = int(raw)
     except ValueError:
@@ -137,4 +171,26 @@ def count(name: str, *, least: int = 0) -> int:
     if value < least:
         raise ConfigError(f"{name}={raw!r} is not a whole number of at least {least}; "
                           f"set it to a value like {VARIABLES[name][0]}")
+    return value
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes from '500M', '10G', '1.5T', '0' or '4096' (binary units, an optional 'iB'/'B'); None if not a size."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text, re.I)
+    return None if match is None else int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def size(name: str) -> int | None:
+    """A size setting in bytes; None when it is empty (no cap)."""
+    raw = _raw(name).strip()
+    if not raw:
+        return None
+    value = parse_size(raw)
+    if value is None:
+        raise ConfigError(f"{name}={raw!r} is not a size; set it to a value like 10G or 500M (empty: none)")
     return value

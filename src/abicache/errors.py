@@ -42,11 +42,12 @@ class BuildError(AbicacheError, RuntimeError):
         self.output = output
 
     def __str__(self) -> str:
+        """What failed, then the compiler's own words, then its command (last: it is long)."""
         parts = [super().__str__()]
-        if self.command:
-            parts.append("command: " + " ".join(self.command))
         if self.output:
             parts.append(self.output.rstrip())
+        if self.command:
+            parts.append("command: " + " ".join(self.command))
         return "\n".join(parts)
 
 
@@ -94,3 +95,58 @@ def _format_warnings() -> None:
 
 
 _format_warnings()
+
+
+class MissingExtraError(ConfigError):
+    """An optional part of abicache was asked for whose libraries are not installed."""
+
+
+#: top-level module -> the extra (pyproject's optional-dependencies) that installs it
+EXTRAS = {"cryptography": "remote", "obstore": "remote", "redis": "remote", "pycparser": "cuda",
+          "cuda": "cuda", "zstandard": "cuda-tools", "tvm_ffi": "tvm-ffi"}
+
+
+def missing_extra(exc: ImportError, what: str = "") -> MissingExtraError | None:
+    """The error to raise for an optional library that is not installed, naming the
+    pip command that installs it; None when exc is not about one."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    needs = f"{what} needs" if what else "this needs"
+    return MissingExtraError(f"{needs} {top}, which is not installed; install it with: "
+                             f"pip install 'abicache[{extra}]'")
+
+
+class StoreUnwritableError(AbicacheError, OSError):
+    """The store's filesystem refused a write: full (ENOSPC, EDQUOT), read-only (EROFS),
+    or no longer ours to write (EACCES, EPERM). Hits from it still work."""
+
+
+_FIXES = {
+    28: "the disk is full: free space, cap the store (ABICACHE_MAX_SIZE=10G, or `abicache gc --max-size 10G`), "
+        "or point ABICACHE_DIR at another disk",  # ENOSPC
+    122: "the disk quota is used up: free space, cap the store (ABICACHE_MAX_SIZE), or point ABICACHE_DIR "
+         "elsewhere",  # EDQUOT
+    30: "the filesystem is read-only: point ABICACHE_DIR at a writable folder (hits from this one still load)",
+    13: "you may not write there: fix its permissions, or point ABICACHE_DIR at a folder of your own",  # EACCES
+    1: "you may not write there: fix its permissions, or point ABICACHE_DIR at a folder of your own",  # EPERM
+}
+
+
+def unwritable_store(exc: BaseException, root: object) -> StoreUnwritableError | None:
+    """The one-line error for a write the store's filesystem refused (exc about a path in
+    the store at root, or about no path: a write to an open file); None for anything else."""
+    import os
+
+    if not isinstance(exc, OSError) or exc.errno not in _FIXES:
+        return None
+    top = os.fspath(root).rstrip(os.sep) + os.sep  # type: ignore[call-overload]
+    names = [os.fspath(n) for n in (exc.filename, exc.filename2) if isinstance(n, (str, os.PathLike))]
+    if names and not any((n + os.sep).startswith(top) for n in names):
+        return None
+    where = f" ({names[0]})" if names else ""
+    error = StoreUnwritableError(f"cannot write the cache store {os.fspath(root)}: "  # type: ignore[call-overload]
+                                 f"{exc.strerror}{where}; {_FIXES[exc.errno]}")
+    error.errno = exc.errno
+    return error

@@ -91,4 +91,4 @@ def canonical_json(doc: Any) -> str:
 def compute(kind: str, name: str, described: Mapping[str, Any]) -> str:
     """The key: sha256 over the scheme, kind, name and the described inputs."""
     text = canonical_json({"scheme": KEY_SCHEME, "kind": kind, "name": name, **described})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # a file name may be any bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,16 +21,14 @@ from ..store.local import children
 from ..store.verify import verify_store
 from . import render, settings_check
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$", re.I)
 
 
 def parse_size(text: str) -> int:
-    match = _SIZE.match(text)
-    if match is None:
+    value = config.parse_size(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 500M, 10G or 0")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
+    return value
 
 
 def parse_age(text: str) -> float:
@@ -90,6 +89,8 @@ def _size(vdir: Path, m: Manifest) -> int:
 
 
 #: the kinds abicache's own frontends write (get_or_build callers may name others)
+#: kinds the build engine stores on a build's behalf: `ls` leaves them out unless --all
+INTERNAL_KINDS = ("cc.object", "torch.pch")
 FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
                   "torch.compile", "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton",
                   "triton.file", "tvm_ffi.module")
@@ -102,7 +103,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.kind and args.kind not in present and args.kind not in FRONTEND_KINDS:
         raise UsageError(f"no kind {args.kind!r}: this store holds {', '.join(present) or 'no entries'}, and "
                          f"abicache's frontends write {', '.join(FRONTEND_KINDS)}")
-    rows = [(v, m) for v, m in every if not args.kind or m.kind == args.kind]
+    rows = [(v, m) for v, m in every if m.kind == args.kind or (not args.kind and (args.all or
+                                                                                  m.kind not in INTERNAL_KINDS))]
+    hidden = 0 if args.kind or args.all else sum(1 for _, m in every if m.kind in INTERNAL_KINDS)
     rows.sort(key=lambda vm: (vm[1].kind, vm[1].name, -vm[1].created))
     if args.json:
         render.emit_json([_summary(cache, v, m) for v, m in rows])
@@ -112,8 +115,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         ["kind", "name", "key", "variant", "size", "last used", "requirements"],
         [(m.kind, m.name, m.key[:12], m.variant[:8], render.human_size(_size(v, m)),
           render.ago(cache.store.last_used(v)), short_requirements(m)) for v, m in rows],
-        optional=("variant",),
+        optional=("variant",), whole=("key",),
     )
+    if hidden:
+        render.say(f"and {hidden} entries the build engine keeps for itself (a unit's object, a precompiled "
+                   "header): --all lists them")
     return 0
 
 
@@ -247,7 +253,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from ..store import counters
+
     cache = _cache(args)
+    if args.zero:
+        counters.zero(cache.store)
+        if args.json:
+            render.emit_json({"root": str(cache.root), "zeroed": True})
+        else:
+            render.say(f"{cache.root}: statistics zeroed")
+        return 0
+    counts = counters.totals(cache.store)
     entries = manifests_of(cache)
     stored, blob_count = disk_usage(cache.store)
     logical = sum(_size(v, m) for v, m in entries)
@@ -263,10 +279,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "leftovers": len(children(cache.store.layout.tmp)),
         "remote_refusals": refusal_count(cache.store),
         "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
+        "counts": counts,
     }
     if args.json:
         render.emit_json(doc)
         return 0
+    rate = "-" if counts["hit_rate"] is None else f"{counts['hit_rate'] * 100:.1f}%"
+    render.table("since " + (time.strftime("%Y-%m-%d %H:%M", time.localtime(counts["since"])) if counts["since"]
+                             else "the store was made (or --zero)"),
+                 ["hits (local)", "hits (remote)", "misses", "hit rate", "builds", "build time", "time saved",
+                  "errors"],
+                 [(counts["hits_local"], counts["hits_remote"], counts["misses"], rate, counts["builds"],
+                   f"{counts['build_seconds']:.1f} s", f"{counts['seconds_saved']:.1f} s", counts["errors"])])
     saved = logical - stored
     render.say(f"{cache.root}: {len(entries)} entries, {blob_count} blobs, "
                f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import config
 from .._version import __version__
-from ..errors import AbicacheError
-from . import audit_cmds, commands, remote_cmds
+from ..errors import AbicacheError, missing_extra, unwritable_store
+from . import audit_cmds, commands, config_cmds, remote_cmds
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -36,8 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     sub.add_parser("env", parents=[common], help="facts about this environment and settings")
-    p = sub.add_parser("ls", parents=[common], help="list cache entries")
+    p = sub.add_parser("ls", parents=[common], help="list cache entries",
+                       description="The entries of the store, newest first within each name: kind, name, key "
+                                   "(a prefix 'abicache show' takes), size, last use and requirements.",
+                       epilog="example: abicache ls --kind cc.library")
     p.add_argument("--kind", help="only entries of this kind (e.g. cc.library)")
+    p.add_argument("--all", "-a", action="store_true",
+                   help="also the entries the build engine keeps for itself (cc.object, torch.pch)")
     p = sub.add_parser("show", parents=[common], help="show the manifest of an entry")
     p.add_argument("key", help="a key or a unique prefix of one, or a name (its newest entry; see 'abicache ls')")
     p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss")
@@ -59,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", action="store_true", help="also append the verdicts to the store's log/check.jsonl")
     p = sub.add_parser("verify", parents=[common], help="check entries; quarantine damage")
     p.add_argument("--full", action="store_true", help="re-hash every file and blob")
-    sub.add_parser("stats", parents=[common], help="size, entries, sharing")
+    p = sub.add_parser("stats", parents=[common], help="hits, misses, time saved; size, entries, sharing",
+                       description="Hits, misses, builds, errors and the build time hits saved, counted by every "
+                                   "process that used this store (since --zero), and what the store holds.",
+                       epilog="example: abicache stats --json | jq .counts.hit_rate")
+    p.add_argument("--zero", "-z", action="store_true", help="start the counts again (as ccache -z)")
     assume = argparse.ArgumentParser(add_help=False)
     assume.add_argument("--assume", action="append", metavar="FACT=VALUE",
                         help="judge for another environment, e.g. gpu.arch=sm_80 (repeatable)")
@@ -80,7 +90,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow functions whose signature differs: call them only on matching majors")
     p.add_argument("--soname", help="the stub's soname (default libabicache_<library>_stub.so)")
     _remote_commands(sub, common)
+    _describe(sub)
     return parser
+
+
+#: an example for each command's --help (ls, stats, check and config carry their own)
+EXAMPLES = {
+    "env": "abicache env --json",
+    "show": "abicache show 8922dce0  (or a name: abicache show mylib)",
+    "explain": "abicache explain mylib --kind cc.library",
+    "gc": "abicache gc --max-size 10G --max-age 30d --dry-run",
+    "verify": "abicache verify --full",
+    "check": "abicache check --sample 5 --log",
+    "audit": "abicache audit build/libfoo.so --assume gpu.arch=sm_80",
+    "doctor": "abicache doctor ~/.cache/torch_extensions",
+    "demo": "abicache demo --root /tmp/abicache-demo",
+    "stub": "abicache stub cudart --functions cudaMalloc,cudaFree --out stubs/",
+    "push": "abicache push --kind cc.library --remote s3://bucket/abicache?endpoint=http://minio:9000",
+    "pull": "abicache pull -j 16",
+    "remote": "abicache remote stats --json; abicache remote prune --max-age 30d --dry-run",
+    "keys": "abicache keys generate ci.key  (then ABICACHE_SIGNING_KEY=ci.key, ABICACHE_TRUSTED_KEYS=ci.key.pub)",
+}
+
+
+def _describe(sub: Any) -> None:
+    """Every command's --help opens with what it does and ends with an example."""
+    helps = {action.dest: action.help for action in sub._choices_actions}  # argparse keeps them only here
+    for name, command in sub.choices.items():
+        if not command.description and helps.get(name):
+            command.description = helps[name][0].upper() + helps[name][1:] + "."
+        if not command.epilog and name in EXAMPLES:
+            command.epilog = f"example: {EXAMPLES[name]}"
 
 
 def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -109,6 +149,16 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=commands.parse_age, default=None,
                    help="prune: how long a blob no entry names is kept (default 1h)")
     p.add_argument("--dry-run", action="store_true", help="prune: report what would be deleted")
+    p = sub.add_parser("config", parents=[common], help="settings in config files, and where each comes from",
+                       description="Every setting can live in a TOML file as well as in its environment variable: "
+                                   "the environment wins, then the store's abicache.toml, then the user's "
+                                   "~/.config/abicache/config.toml, then the default.",
+                       epilog="examples: abicache config set max_size 10G; abicache config get remote; "
+                              "abicache config list --json")
+    p.add_argument("action", choices=("list", "get", "set", "unset"), nargs="?", default="list")
+    p.add_argument("name", nargs="?", help="a setting: max_size or ABICACHE_MAX_SIZE")
+    p.add_argument("value", nargs="?", help="set: its value")
+    p.add_argument("--store", action="store_true", help="set/unset in the store's abicache.toml, not the user's file")
     p = sub.add_parser("keys", parents=[common], help="signing keys for the remote tier")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     actions.required = True
@@ -120,7 +170,8 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module = (audit_cmds if args.command in ("audit", "doctor", "stub")
-              else remote_cmds if args.command in ("push", "pull", "remote", "keys") else commands)
+              else remote_cmds if args.command in ("push", "pull", "remote", "keys")
+              else config_cmds if args.command == "config" else commands)
     handler = getattr(module, f"cmd_{args.command}")
     try:
         return int(handler(args) or EXIT_OK)
@@ -130,11 +181,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("abicache: interrupted\n")
         return 130
+    except ImportError as exc:  # an optional part whose extra is not installed: say which
+        missing = missing_extra(exc, f"abicache {args.command}")
+        if missing is None:
+            raise
+        sys.stderr.write(f"abicache: error: {missing}\n")
+        return EXIT_USAGE
     except BrokenPipeError:  # `abicache ls | head`: the reader left; not an error
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:  # a full or read-only store (gc, demo, a build): one line, not a traceback
+        root = getattr(args, "root", None) or config.default_root()
+        refused = unwritable_store(exc, root)
+        if refused is None:
+            raise
+        sys.stderr.write(f"abicache: error: {refused}\n")
+        return EXIT_USAGE
 
 
 def _positive(text: str) -> int:

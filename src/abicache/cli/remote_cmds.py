@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import config
 from ..cache import Cache
 from ..errors import AbicacheWarning, ConfigError
 from ..replicate import refusal_count
@@ -19,6 +20,10 @@ from .commands import manifests_of
 
 def _cache(args: argparse.Namespace) -> Cache:
     remote: Any = args.remote if getattr(args, "remote", None) else None
+    if remote is None and config.text("ABICACHE_REMOTE"):
+        from ..remote import RemoteSettings
+
+        remote = RemoteSettings.from_env()  # a bad setting is this command's error, said once (not "ignored")
     cache = Cache(args.root, remote=remote) if args.root else Cache(remote=remote)
     if cache.remote is None:
         raise ConfigError("no remote is configured: set ABICACHE_REMOTE (e.g. s3://bucket/prefix?endpoint=URL "

@@ -15,9 +15,10 @@ def emit_json(doc: Any) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-          optional: Sequence[str] = ()) -> None:
+          optional: Sequence[str] = (), whole: Sequence[str] = ()) -> None:
     """A table; on a narrow terminal (< 100 columns) without borders between columns and
-    without the `optional` ones, so rows stay on one line where they can."""
+    without the `optional` ones, so rows stay on one line where they can. The `whole`
+    columns (keys: copied and pasted) are never wrapped: other columns wrap instead."""
     from rich import box
     from rich.table import Table
 
@@ -27,7 +28,10 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
     t = Table(title=title, title_justify="left", header_style="bold",
               **({"box": box.SIMPLE_HEAD, "pad_edge": False} if narrow else {}))
     for i in keep:
-        t.add_column(columns[i], overflow="fold")
+        if columns[i] in whole:
+            t.add_column(columns[i], no_wrap=True, overflow="ignore", min_width=len(columns[i]))
+        else:
+            t.add_column(columns[i], overflow="fold")
     for row in rows:
         t.add_row(*("" if row[i] is None else str(row[i]) for i in keep))
     console.print(t)

@@ -24,6 +24,7 @@ def problems() -> dict[str, str]:
         "ABICACHE_LEASE_WAIT": lambda: config.seconds("ABICACHE_LEASE_WAIT"),
         "ABICACHE_RETRY_FAILED": lambda: config.flag("ABICACHE_RETRY_FAILED"),
         "ABICACHE_REMOTE_MAX_VARIANTS": lambda: config.count("ABICACHE_REMOTE_MAX_VARIANTS", least=1),
+        "ABICACHE_MAX_SIZE": lambda: config.size("ABICACHE_MAX_SIZE"),
         "ABICACHE_REMOTE_LOOKUP_BYTES": lambda: config.count("ABICACHE_REMOTE_LOOKUP_BYTES", least=1 << 16),
         "ABICACHE_EXPLAIN": lambda: config.flag("ABICACHE_EXPLAIN"),
         "ABICACHE_PROGRESS": lambda: config.tristate("ABICACHE_PROGRESS"),
@@ -38,6 +39,24 @@ def problems() -> dict[str, str]:
             check()
         except ConfigError as exc:
             found[name] = str(exc)
+    found.update(_files())
+    return found
+
+
+def _files() -> dict[str, str]:
+    """Config files that do not parse, and keys in them that are no setting."""
+    from .. import settings_file
+
+    found = {}
+    for path in (settings_file.store_file(config.default_root()), settings_file.user_file()):
+        try:
+            settings_file.values(path, config.VARIABLES)
+        except ConfigError as exc:
+            found[str(path)] = str(exc)
+            continue
+        unknown = settings_file.unknown_keys(path, config.VARIABLES)
+        if unknown:
+            found[str(path)] = f"not settings, ignored: {', '.join(unknown)} (abicache config list shows them)"
     return found
 
 

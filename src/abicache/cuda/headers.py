@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import AbicacheError
+from ..errors import AbicacheError, missing_extra
 
 HEADERS = {"cudart": "cuda_runtime_api.h", "nvrtc": "nvrtc.h", "cuda": "cuda.h"}
 _VERSION = re.compile(r"#define\s+(?:CUDART_VERSION|CUDA_VERSION)\s+(\d+)")
@@ -109,7 +109,10 @@ def preprocess(hset: HeaderSet) -> str:
 @lru_cache(maxsize=16)
 def prototypes(hset: HeaderSet) -> dict[str, Prototype]:
     """Every function the header declares, by exported name."""
-    from pycparser import c_ast, c_generator, c_parser
+    try:
+        from pycparser import c_ast, c_generator, c_parser
+    except ImportError as exc:
+        raise (missing_extra(exc, "reading CUDA headers") or exc) from None
 
     try:
         tree = c_parser.CParser().parse(preprocess(hset), filename=str(hset.header))

@@ -63,6 +63,11 @@ class Ahead(Generic[R]):
             self._changed.wait_for(lambda: self._over or all(f is not None for f in self._files))
             return None if any(f is None for f in self._files) else [str(f) for f in self._files]
 
+    def abandon(self, seconds: float) -> None:
+        """Give the jobs seconds to end (their compilers were stopped), and leave their outcome."""
+        if self._thread is not None:
+            self._thread.join(seconds)
+
     def result(self) -> R:
         """The jobs' result once they end; their error, if they failed."""
         assert self._thread is not None

@@ -19,6 +19,7 @@ from typing import Callable, Sequence, TypeVar
 
 from .. import progress
 from ..errors import ConfigError
+from . import interrupt
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,7 +61,7 @@ def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], wha
     watch = _Watch(what, len(items), progress.mode())
 
     def job(item: T) -> R:
-        if watch.failed:
+        if watch.failed or interrupt.stopping():
             raise _Skipped()
         watch.start(label(item))
         try:

@@ -70,11 +70,16 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
                                   "with a line break, which a dependency file cannot spell)")], [], [], [])
     files = sorted({p for p in read if p not in own and not outside(p)})
     programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
+    missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read) if seen and observed \
+        else []
+    odd_bytes = next((p for p in [*files, *programs, *missing] if not _utf8(p)), None)
+    if odd_bytes is not None:
+        return Record([_never(f"a tool read or looked for {odd_bytes!r}, a name that is not UTF-8, which "
+                              "abicache cannot record")], [], [], [])
     deps, system = _split(files, programs, tree.bases, memo_dir)
     if not seen:
         return Record(deps, [], [], system)
     assert observed is not None
-    missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read)
     absent, odd = _grouped(missing, tree.bases)
     env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
     if odd:
@@ -152,6 +157,15 @@ def _is_dir(folder: str, known: dict[str, bool]) -> bool:
     if found is None:
         found = known[folder] = os.path.isdir(folder)
     return found
+
+
+def _utf8(path: str) -> bool:
+    """Whether a path is text a manifest can hold (a name of other bytes comes as lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _never(why: str) -> Dependency:

@@ -34,7 +34,7 @@ from ..errors import AbicacheError, BuildError
 from ..key import Inputs
 from ..requirements import Requirements
 from ..store import blobs, deps as depcheck, lock
-from . import depfile, observe, pool, record, roots
+from . import depfile, interrupt, observe, pool, record, roots
 from . import tree as trees
 from .ahead import Ahead
 from .job import Job
@@ -61,9 +61,15 @@ class _Context(NamedTuple):
 
 def build(job: Job, cache: Cache, out: Path, run: Runner) -> BuildResult:
     """Write job.output into out; returns what to record of the files read."""
+    interrupt.resume()  # an interrupted build before this one (a notebook, a REPL) has unwound
     covered = _covered(job, cache.store.layout.tools)
     try:
-        return _build(job, cache, out, run, covered)
+        with interrupt.sigterm_stops_compilers():
+            return _build(job, cache, out, run, covered)
+    except KeyboardInterrupt:
+        interrupt.stop()
+        sys.stderr.write(f"abicache: interrupted; the compilers of {job.what} were stopped\n")
+        raise
     finally:
         covered()  # reaps the include-list probe, should the build end before any compile did
 
@@ -97,8 +103,14 @@ def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[],
             inputs = objects.files()
             if inputs is not None:  # else a unit failed: result() raises its error
                 linked = _link(job, inputs, ctx, out, run)
-        finally:
-            built = objects.result()
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: every compiler stopped now, not after the queue
+            interrupt.stop()
+            objects.abandon(interrupt.GRACE * 4)  # their errors are the interrupt's own
+            raise
+        except BaseException:
+            objects.result()  # a unit's error, if one failed, is the build's (as a link's would be)
+            raise
+        built = objects.result()
         recs = [record.Record(list(a.manifest.deps), list(a.manifest.absent), list(a.manifest.env),
                               list(a.manifest.system)) for a in built]
         return _result([*recs, *([linked] if linked else [])])

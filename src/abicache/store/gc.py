@@ -22,6 +22,8 @@ from .lock import unless_in_use
 
 DEFAULT_TMP_AGE = 6 * 3600.0
 QUARANTINE_AGE = 7 * 86400.0
+#: an empty folder or a stray lock file this recent may be a build's, just begun: left for the next gc
+SETTLED = 60.0
 
 
 @dataclass
@@ -33,6 +35,7 @@ class GcReport:
     bytes_after: int = 0
     leftovers_removed: int = 0
     in_use: int = 0  # entries left because a running build uses them (store/lock.py's pins)
+    strays_removed: int = 0  # empty folders and lock files of keys with no entry
     removed: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -61,7 +64,10 @@ def collect_garbage(
     tmp_age: float = DEFAULT_TMP_AGE,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
+    spare_newer_than: float = 0.0,
 ) -> GcReport:
+    """spare_newer_than: entries used within this many seconds stay (the automatic
+    eviction after a build must not take the entry that build is about to load)."""
     report = GcReport(dry_run=dry_run)
     report.bytes_before, _ = disk_usage(store)
     entries = sorted(_entries(store), key=lambda e: e.last_used)
@@ -71,7 +77,7 @@ def collect_garbage(
     for entry in entries:
         too_old = max_age is not None and now - entry.last_used > max_age
         too_big = max_size is not None and size > max_size
-        if not (too_old or too_big):
+        if not (too_old or too_big) or now - entry.last_used < spare_newer_than:
             continue
         if not dry_run:
             with unless_in_use(_lock_of(store, entry.vdir)) as free:
@@ -87,7 +93,8 @@ def collect_garbage(
     if not dry_run:
         size -= _drop_orphans(store, [Path(e.path) for e in store.iter_blobs()], report)
         report.leftovers_removed = _drop_leftovers(store, tmp_age)
-        _drop_stale_index(store)
+        report.strays_removed = _drop_empty_folders(store) + _drop_stray_locks(store)
+        _drop_stale_index(store)  # after the empty key folders: a marker names a key with an entry
     report.bytes_after = size if not dry_run else report.bytes_before
     return report
 
@@ -152,5 +159,98 @@ def _drop_stale_index(store: Store) -> None:
     for kind_dir in children(store.layout.index):
         for name_dir in children(kind_dir):
             for marker in children(name_dir):
-                if not store.layout.key_dir(kind_dir.name, marker.name).exists():
+                try:
+                    stale = not store.layout.key_dir(kind_dir.name, marker.name).exists()
+                except ValueError:
+                    stale = True  # not a key's name: nothing the index serves
+                if stale:
                     marker.unlink(missing_ok=True)
+            _rmdir(name_dir)
+        _rmdir(kind_dir)
+
+
+def _drop_empty_folders(store: Store) -> int:
+    """Key and prefix folders left empty by evictions, untouched for a minute (a commit
+    makes its key folder, then renames its entry into it: that folder is left alone;
+    rmdir never removes a folder that is not empty)."""
+    removed = 0
+    for kind_dir in children(store.layout.entries):
+        for prefix in children(kind_dir):
+            for key_dir in children(prefix):
+                removed += _rmdir(key_dir)
+            removed += _rmdir(prefix)
+        removed += _rmdir(kind_dir)
+    for prefix in children(store.layout.locks):
+        removed += _rmdir(prefix)
+    return removed
+
+
+def _drop_stray_locks(store: Store) -> int:
+    """Lock files (and their holder notes) of keys no entry has, untouched for SETTLED
+    seconds and held by nobody (a build in progress holds its key's lock). One taken
+    between a builder's open and its flock costs at most a second build of that key."""
+    keys = {key_dir.name for kind_dir in children(store.layout.entries) for prefix in children(kind_dir)
+            for key_dir in children(prefix)}
+    removed, now = 0, time.time()
+    for prefix in children(store.layout.locks):
+        for lock in children(prefix):
+            key = lock.name.split(".")[0]
+            if lock.suffix != ".lock" or key in keys:
+                continue
+            try:
+                if now - lock.lstat().st_mtime < SETTLED:
+                    continue
+            except FileNotFoundError:
+                continue
+            with unless_in_use(lock) as free:
+                if free:
+                    for path in (lock, lock.with_suffix(".holder")):
+                        path.unlink(missing_ok=True)
+                    removed += 1
+    return removed
+
+
+def _rmdir(folder: Path) -> int:
+    try:
+        if time.time() - folder.lstat().st_mtime < SETTLED:
+            return 0
+        folder.rmdir()
+    except OSError:
+        return 0
+    return 1
+
+
+# ---- the size cap (ABICACHE_MAX_SIZE), kept after builds ------------------------------------
+
+#: at most one automatic eviction a minute per store (it stats every blob)
+EVERY = 60.0
+_STAMP = "auto-gc"
+
+
+def keep_under(store: Store, max_size: int) -> None:
+    """After a build: if no eviction ran in the last EVERY seconds, evict the least recently
+    used entries down to max_size in a background thread (entries used in the last EVERY
+    seconds stay: the one just built is about to be loaded). Amortised as ccache's
+    cleanup is: a hit never pays for it, a build pays one stat of a stamp."""
+    import threading
+
+    stamp = store.layout.log / _STAMP
+    try:
+        if time.time() - stamp.stat().st_mtime < EVERY:
+            return
+    except FileNotFoundError:
+        pass
+    try:
+        store.make_dir(store.layout.log)
+        stamp.touch(mode=store.trust.file_mode)
+        os.utime(stamp)
+    except OSError:
+        return
+    threading.Thread(target=_evict_quietly, args=(store, max_size), name="abicache-evict", daemon=True).start()
+
+
+def _evict_quietly(store: Store, max_size: int) -> None:
+    try:
+        collect_garbage(store, max_size=max_size, spare_newer_than=EVERY)
+    except Exception:  # noqa: BLE001  eviction is housekeeping: `abicache gc` reports its failures
+        pass

@@ -1,0 +1,91 @@
+"""Hit and miss statistics per store, as `ccache -s` and `sccache --show-stats` keep them.
+
+A hit writes nothing (tests/test_light.py): counts are kept in this process's
+memory and appended to log/stats.jsonl as one line (one write with O_APPEND:
+lines of concurrent processes never interleave, and no lock is taken) when a
+miss writes anyway, and when the process exits. `abicache stats` sums the
+lines; `abicache stats --zero` starts them again. A process killed with
+SIGKILL loses the counts it had not written yet, never another's.
+
+Counted: hits (local, remote), misses, builds and their seconds, the seconds
+hits saved (each entry's recorded build time), and errors (builds that failed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .local import Store
+
+LOG = "stats"
+FIELDS = ("hits_local", "hits_remote", "misses", "builds", "build_seconds", "seconds_saved", "errors")
+
+_pending: dict[str, tuple[Store, Counter[str]]] = {}
+_lock = threading.Lock()
+_registered = False
+
+
+def count(store: Store, **amounts: float) -> None:
+    """Add to this process's counts for store (memory only)."""
+    global _registered
+    with _lock:
+        held = _pending.get(str(store.root))
+        if held is None:
+            held = _pending[str(store.root)] = (store, Counter())
+            if not _registered:
+                _registered = True
+                atexit.register(flush)
+        held[1].update(amounts)
+
+
+def flush(store: Store | None = None) -> None:
+    """Append the counts not yet written (of one store, or of all) as one line each."""
+    with _lock:
+        roots = [str(store.root)] if store is not None else list(_pending)
+        taken = [(_pending[r][0], _pending[r][1]) for r in roots if r in _pending and _pending[r][1]]
+        for root in roots:
+            if root in _pending:
+                _pending[root] = (_pending[root][0], Counter())
+    for held, counts in taken:
+        line = {k: round(v, 3) if isinstance(v, float) else v for k, v in counts.items()}
+        held.log_event(LOG, json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), **line}))
+
+
+def totals(store: Store) -> dict[str, Any]:
+    """Every count written so far (and this process's pending ones), and since when."""
+    flush(store)
+    sums: Counter[str] = Counter()
+    since = None
+    for text in store.read_events(LOG):
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue  # a line cut by a full disk: the others still count
+        if not isinstance(line, dict):
+            continue
+        since = line.get("time") if since is None else since
+        sums.update({k: v for k, v in line.items() if k in FIELDS and isinstance(v, (int, float))})
+    doc: dict[str, Any] = {k: round(sums[k], 3) if k.endswith("seconds") or k == "seconds_saved" else int(sums[k])
+                           for k in FIELDS}
+    asked = doc["hits_local"] + doc["hits_remote"] + doc["misses"]
+    doc["hit_rate"] = round((doc["hits_local"] + doc["hits_remote"]) / asked, 4) if asked else None
+    doc["since"] = since
+    return doc
+
+
+def zero(store: Store) -> None:
+    """Start counting again (this process's pending counts are dropped too)."""
+    with _lock:
+        if str(store.root) in _pending:
+            _pending[str(store.root)] = (store, Counter())
+    try:
+        os.unlink(store.layout.log / f"{LOG}.jsonl")
+    except FileNotFoundError:
+        pass
