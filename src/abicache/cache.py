@@ -382,12 +382,14 @@ class Cache:
         if found is None:
             self._log_miss(kind, name, described, key, bases)
             lookups = self._lookups()
-            here = lambda: self._find(kind, key, verify, bases) or self._fetch(kind, key, bases, lookups)  # noqa: E731
-            found = self._miss(kind, name, key, here, lambda: self._build(kind, name, key, described, build, declared))
+            local = lambda: self._find(kind, key, verify, bases)  # noqa: E731
+            here = lambda: local() or self._fetch(kind, key, bases, lookups)  # noqa: E731
+            found = self._miss(kind, name, key, local, here,
+                               lambda: self._build(kind, name, key, described, build, declared))
         return found
 
-    def _miss(self, kind: str, name: str, key: str, here: Callable[[], Artifact | None],
-              make: Callable[[], Artifact]) -> Artifact:
+    def _miss(self, kind: str, name: str, key: str, local: Callable[[], Artifact | None],
+              here: Callable[[], Artifact | None], make: Callable[[], Artifact]) -> Artifact:
         """here() (this store, then the remote) once another process or machine has it,
         else make() under the key's local lock and, with a remote, the fleet's lease."""
         from . import progress
@@ -410,8 +412,8 @@ class Cache:
                                  machine)
             if outcome.found is not None:
                 return outcome.found  # type: ignore[no-any-return]
-            with locked():
-                found = here() or fleet.build(self.remote, kind, key, what, here, make, outcome, known, machine)
+            with locked():  # the remote was looked at just now (the wait), and is again once the lease is ours
+                found = local() or fleet.build(self.remote, kind, key, what, here, make, outcome, known, machine)
             if found is not None:
                 return found  # type: ignore[no-any-return]
         with locked():

@@ -6,6 +6,8 @@ them as they are instead of a traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class AbicacheError(Exception):
     """Base class: a failure abicache understands and can explain."""
@@ -123,14 +125,15 @@ class StoreUnwritableError(AbicacheError, OSError):
     or no longer ours to write (EACCES, EPERM). Hits from it still work."""
 
 
+_FULL = ("the disk is full: free space, cap the store (ABICACHE_MAX_SIZE=10G, or `abicache gc --max-size 10G`), "
+         "or point ABICACHE_DIR at another disk")
+_NOT_YOURS = "you may not write there: fix its permissions, or point ABICACHE_DIR at a folder of your own"
 _FIXES = {
-    28: "the disk is full: free space, cap the store (ABICACHE_MAX_SIZE=10G, or `abicache gc --max-size 10G`), "
-        "or point ABICACHE_DIR at another disk",  # ENOSPC
-    122: "the disk quota is used up: free space, cap the store (ABICACHE_MAX_SIZE), or point ABICACHE_DIR "
-         "elsewhere",  # EDQUOT
-    30: "the filesystem is read-only: point ABICACHE_DIR at a writable folder (hits from this one still load)",
-    13: "you may not write there: fix its permissions, or point ABICACHE_DIR at a folder of your own",  # EACCES
-    1: "you may not write there: fix its permissions, or point ABICACHE_DIR at a folder of your own",  # EPERM
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL.replace("the disk is full", "the disk quota is used up"),
+    errno.EROFS: "the filesystem is read-only: point ABICACHE_DIR at a writable folder (hits from this one still load)",
+    errno.EACCES: _NOT_YOURS,
+    errno.EPERM: _NOT_YOURS,
 }
 
 

@@ -59,15 +59,17 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     if not seen and depfile is None:
         return Record([_never(f"{tree.files[0].name}: the compiler wrote no dependency file and could not be "
                               "watched, so what it read is unknown")], [], [], [])
-    if seen:  # every file the compiler opened, by name as bytes (a depfile cannot spell a line break)
+    read = [roots.normal(p, cwd) for p in depfile or ()]
+    lost = next((p for p in read if not os.path.lexists(p)), None)
+    if seen:
+        # The depfile still counts (a statically linked tool's reads escape the observer), but a
+        # name in it that does not exist is a path with a line break, split: the observer has it whole.
         assert observed is not None
-        read = [p for p in observed.read if _regular(p)]
-    else:
-        read = [roots.normal(p, cwd) for p in depfile or ()]
-        lost = next((p for p in read if not os.path.lexists(p)), None)
-        if lost is not None:
-            return Record([_never(f"the compiler's dependency file names {lost!r}, which does not exist (a path "
-                                  "with a line break, which a dependency file cannot spell)")], [], [], [])
+        kept = read if lost is None else [p for p in read if os.path.lexists(p)]
+        read = kept + [p for p in observed.read if _regular(p)]
+    elif lost is not None:
+        return Record([_never(f"the compiler's dependency file names {lost!r}, which does not exist (a path "
+                              "with a line break, which a dependency file cannot spell)")], [], [], [])
     files = sorted({p for p in read if p not in own and not outside(p)})
     programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
     missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read) if seen and observed \

@@ -223,8 +223,7 @@ class S3Backend:
     # one, If-Match to renew or take over a dead one), so two machines never both win
 
     def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
-        got = self._small(lease_name(kind, key), LEASE_BYTES)
-        return None if got is None else (got[0], got[1], got[2])
+        return self._small(lease_name(kind, key), LEASE_BYTES)
 
     def _small(self, path: str, limit: int) -> tuple[bytes, str, float | None] | None:
         """A small object's first limit bytes, its ETag and its server write time."""
@@ -239,8 +238,8 @@ class S3Backend:
             raise self._fail(f"reading {path}", exc) from None
 
     def server_time(self) -> float | None:
-        """S3 has no clock call: the write time the server gives a tiny object this
-        process writes (v1/clock/<uuid>, overwritten, deleted by nothing: 0 bytes)."""
+        """S3 has no clock call: the write time the server gives an empty object this
+        process writes (v1/clock/<uuid>), reads back and deletes."""
         import uuid
 
         _, failure = _errors()

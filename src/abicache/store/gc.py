@@ -242,8 +242,7 @@ def keep_under(store: Store, max_size: int) -> None:
         pass
     try:
         store.make_dir(store.layout.log)
-        stamp.touch(mode=store.trust.file_mode)
-        os.utime(stamp)
+        stamp.touch(mode=store.trust.file_mode)  # an existing stamp gets the time now
     except OSError:
         return
     threading.Thread(target=_evict_quietly, args=(store, max_size), name="abicache-evict", daemon=True).start()
