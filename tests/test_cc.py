@@ -10,7 +10,9 @@ import pytest
 from abicache import Cache, cc
 from abicache.env import Facts
 from abicache.errors import AbicacheError, BuildError
-from conftest import need, python_with_src, run_py
+import subprocess
+
+from conftest import SRC, need, python_with_src, run_py
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
 MODULE = textwrap.dedent(r"""
@@ -70,11 +72,16 @@ def test_compile_errors_show_the_command_and_output(cache: Cache) -> None:
     assert "building library broken failed" in text
     assert "command: c++ -shared" in text and "error:" in text
     assert text.index("error:") < text.index("command:")  # the compiler's own words first
+    # inline code is named after the artifact, without the scratch folder that is gone by now
+    assert info.value.output.startswith("broken.cpp:1:"), info.value.output
     import traceback
 
     frames = [f.filename for f in traceback.extract_tb(info.value.__traceback__)]
     assert not any("/engine/" in f for f in frames) and info.value.__cause__ is None, frames  # none of ours
     assert not list(cache.store.iter_variant_dirs())
+    with pytest.raises(BuildError) as two:
+        cc.load_library("two", ["int y = 1;", "int x = ;"], cache=cache)
+    assert "two_1.cpp:1:" in two.value.output and "abicache-build-" not in two.value.output
 
 
 def test_bad_arguments_are_named(cache: Cache, tmp_path: Path) -> None:
@@ -161,3 +168,35 @@ def test_abi3_newer_than_this_interpreter_is_refused_before_publishing(cache: Ca
 
 def _abi3_inputs(src: str, abi3: str):
     return cc.module_plan("newabi", [src], abi3=abi3).inputs
+
+
+def test_a_hit_needs_no_compiler_on_path(root: Path, tmp_path: Path) -> None:
+    """An entry built here loads in a process whose PATH has no compiler (the key's
+    tool identities are absent: looked up by what was asked for, asked.py); what
+    was never built fails naming the missing compiler, and builds nothing."""
+    import os
+    import sys
+
+    code = textwrap.dedent(f"""
+        import sys
+        from abicache import Cache, cc
+        cache = Cache({str(root)!r})
+        print(cc.load_library("adder", [{ADD!r}], cache=cache).add(2, 40))
+        print(cc.load_module("twice", [{module_source("twice")!r}], lang="c", cache=cache).twice(21))
+        art = cc.build_library("adder", [{ADD!r}], cache=cache)
+        print(art.origin, art.manifest.inputs["tools"]["compiler.cxx"] is not None)
+        if sys.argv[1:] == ["new"]:
+            cc.load_library("other", ["int x() {{ return 1; }}"], cache=cache)
+    """)
+    built = run_py(code)
+    assert built.returncode == 0 and built.stdout.split()[:2] == ["42", "42"], built.stderr
+    bare = tmp_path / "bin"  # only the interpreter: no cc, c++, gcc, ld
+    bare.mkdir()
+    os.symlink(sys.executable, bare / "python3")
+    env = {"PATH": str(bare), "CC": "", "CXX": ""}
+    hit = run_py(code, env=env)
+    assert hit.returncode == 0, hit.stderr
+    assert hit.stdout.split() == ["42", "42", "local", "True"]  # the entry, recorded with its compiler
+    missing = subprocess.run([sys.executable, "-c", code, "new"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(SRC), **env}, timeout=120)
+    assert missing.returncode == 1 and "compiler 'c++' not found" in missing.stderr, missing.stderr

@@ -365,6 +365,60 @@ def test_ls_at_80_columns_keeps_keys_whole_and_hides_the_engines_entries(
     assert "cc.object" in capsys.readouterr().out
 
 
+def test_a_long_listing_is_a_line_an_entry_and_matches_the_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Above render.PLAIN_ROWS rows `ls` prints aligned plain text (rich takes 0.4 ms a row):
+    one line per entry, its short key whole; --json lists the same entries, with every field."""
+    from abicache.cli import render
+
+    root = tmp_path / "store"
+    cache = Cache(root, remote=False)
+    count = render.PLAIN_ROWS + 20
+    made = [cache.get_or_build("t", f"entry-{n:04d}", {"extra": {"n": n}}, lambda out: (out / "f").write_bytes(b"x"))
+            for n in range(count)]
+    assert main(["ls", "--root", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{count} entries in {root}" and lines[1].split()[:3] == ["kind", "name", "key"]
+    rows = lines[3:]
+    assert len(rows) == count and all(row.split()[2] == art.key[:12] for row, art in zip(rows, made)), rows[:3]
+    assert main(["ls", "--root", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["key"] for e in listed] == [a.key for a in made]
+    first = listed[0]
+    assert first["path"] == str(made[0].path) and first["files"] == ["f"] and first["size"] == 1
+    assert set(first) == {"kind", "name", "key", "variant", "path", "size", "files", "requirements", "created",
+                          "last_used"}
+
+
+def test_explain_last_says_why_each_recent_miss_missed(root: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every miss is noted (log/misses.jsonl, two files of bounded size); `explain --last N`
+    compares each with the entries of its name that were there then, not those built since."""
+    from abicache import explain
+
+    cache = Cache(root)
+    code = 'extern "C" int f() { return 1; }'
+    cc.build_library("m", [code], cflags=["-DA=1"], cache=cache)
+    cc.build_library("m", [code], cflags=["-DA=2"], cache=cache)
+    cc.build_library("m", [code], cflags=["-DA=2"], cache=cache)  # a hit: not noted
+    assert main(["explain", "--last", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(" missed (key ") == 2 and "flags: -DA=1 -> -DA=2" in out, out
+    assert "no other entry" in out.split(" missed (key ")[1]  # the first miss: nothing was there yet
+    assert main(["explain", "--last", "1", "--json", "--root", str(root)]) == 0
+    (last,) = json.loads(capsys.readouterr().out)
+    assert [d["what"] for d in last["candidates"][0]["differences"]] == ["flags"] and not last["hit"]
+    assert main(["stats", "--json", "--root", str(root)]) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)["last_misses"]] == ["m", "m"]
+    monkeypatch.setattr(explain, "ROTATE_BYTES", 2000)
+    for n in range(40):
+        explain.record_miss(cache.store, "t", f"n{n}", "ab" * 32, {"flags": ["-x" * 50]})
+    logs = sorted((root / "v1" / "log").glob("misses*.jsonl"))
+    assert len(logs) == 2 and all(p.stat().st_size < 2000 + 400 for p in logs)
+    assert [m["name"] for m in explain.last_misses(cache.store, 3)] == ["n37", "n38", "n39"]
+    assert main(["explain", "--root", str(root)]) == 2  # neither a name nor --last
+
+
 def test_config_files_and_their_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The environment, then the store's abicache.toml, then the user's config.toml, then the

@@ -87,10 +87,26 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
+    _see_this_venv(venv)
     installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
                                 str(wheels[0])], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr[-2000:]
     return venv
+
+
+def _see_this_venv(venv: Path) -> None:
+    """--system-site-packages shows the base interpreter's packages: where the suite runs
+    in a venv of its own (the README's PEP 668 advice), torch is in that venv, so its
+    folders are named to the new one too (a .pth of plain folders: their own .pth files,
+    this tree's editable abicache among them, are not read)."""
+    import site
+
+    if sys.prefix == sys.base_prefix:
+        return
+    query = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", query],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    Path(purelib, "outer-venv.pth").write_text("".join(f"{folder}\n" for folder in site.getsitepackages()))
 
 
 def _run(venv: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -586,14 +586,42 @@ def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_
     assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
     fresh = Cache(small_disk / "store", remote=False)
     assert fresh.get_or_build("t", "small", {"extra": {}}, _never).file().read_bytes() == b"x" * 1000
-    with pytest.raises(StoreUnwritableError, match="read-only"):
-        fresh.get_or_build("t", "other", {"extra": {}}, lambda out: (out / "f").write_bytes(b"y"))
     done = subprocess.run([sys.executable, "-m", "abicache", "gc", "--max-size", "0", "--root",
                            str(small_disk / "store")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "read-only" in done.stderr, done.stderr
     assert kept.file().read_bytes() == b"x" * 1000
+
+
+def test_a_read_only_store_serves_hits_and_builds_misses_into_the_users_own(
+        small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store on a read-only mount: hits load from it; a miss builds into the per-user
+    fallback store and says where, once; a later process finds it there (lookup and
+    get_or_build) without building; the engine's own entries (unit objects) follow."""
+    from abicache import cc
+    from abicache.errors import AbicacheWarning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    store = small_disk / "store"
+    inputs = {"extra": {"n": "1"}}
+    kept = Cache(store, remote=False).get_or_build("t", "kept", inputs, lambda out: (out / "f").write_bytes(b"k"))
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    cache = Cache(store, remote=False)
+    assert cache.get_or_build("t", "kept", inputs, _never).path == kept.path
+    with pytest.warns(AbicacheWarning, match="misses build into .*xdg/abicache") as said:
+        new = cache.get_or_build("t", "new", inputs, lambda out: (out / "f").write_bytes(b"n"))
+        lib = cc.load_library("adder", 'extern "C" int add(int a, int b) { return a + b; }', cache=cache)
+    assert len([w for w in said if "misses build into" in str(w.message)]) == 1
+    assert lib.add(2, 40) == 42
+    fallback_root = tmp_path / "xdg" / "abicache"
+    assert new.origin == "built" and str(new.path).startswith(str(fallback_root)), new.path
+    later = Cache(store, remote=False)
+    assert later.lookup("t", "new", inputs).path == new.path
+    assert later.get_or_build("t", "new", inputs, _never).file().read_bytes() == b"n"
+    assert cc.build_library("adder", 'extern "C" int add(int a, int b) { return a + b; }', cache=later).hit
+    assert not any(os.scandir(store / "v1" / "tmp"))  # nothing staged in the read-only store
 
 
 def _never(out: Path) -> None:

@@ -26,6 +26,11 @@ def has_triton(python: str) -> bool:
     return subprocess.run([python, "-c", "import triton.compiler"], capture_output=True).returncode == 0
 
 
+def triton_version(python: str) -> str:
+    return subprocess.run([python, "-c", "from importlib.metadata import version; print(version('triton'))"],
+                          capture_output=True, text=True).stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def py311() -> str:
     if not has_triton(sys.executable):
@@ -42,11 +47,10 @@ def py312() -> str:
         pytest.skip("no Python 3.12 under pyenv")
     venv = VENVS / "py312-triton"
     python = venv / "bin" / "python"
-    if not (python.exists() and has_triton(str(python))):
+    version = triton_version(sys.executable) or "3.9.0"  # the same Triton as this interpreter's, or no comparison
+    if not (python.exists() and has_triton(str(python)) and triton_version(str(python)) == version):
         shutil.rmtree(venv, ignore_errors=True)
         made = subprocess.run([str(found[-1]), "-m", "venv", str(venv)], capture_output=True, text=True)
-        version = subprocess.run([sys.executable, "-c", "from importlib.metadata import version; print(version('triton'))"],
-                                 capture_output=True, text=True).stdout.strip() or "3.9.0"
         installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e", str(ROOT)],
                                    capture_output=True, text=True) if made.returncode == 0 else made
         if installed.returncode != 0:

@@ -14,7 +14,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import config, key as keys
+from . import asked, config, fallback, key as keys
 from ._version import __version__
 from .env import Facts
 from .errors import (AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError,
@@ -147,6 +147,8 @@ class Cache:
         self.remote: Tier | None = _remote_tier(remote)
         self.key_pins: frozenset[str] = frozenset()
         self._memo: dict[tuple[Any, ...], Artifact] = {}
+        self._fallen: Cache | None = None  # where misses build if this store cannot be written
+        self._fallback_of: Path | None = None  # the store this one stands in for
 
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
@@ -188,9 +190,28 @@ class Cache:
         """The entry for these inputs, if one holds here (never builds); bases
         as for get_or_build, for entries that recorded dependencies."""
         self.store.ensure()
-        key, _ = self.key_for(kind, name, _as_inputs(inputs))
+        key, described = self.key_for(kind, name, _as_inputs(inputs))
         bases = {"cwd": os.getcwd(), **(bases or {})}  # the base every build has (engine/tree.py)
-        return self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
+        found = (self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
+                 or self._find_asked(kind, name, described, verify, bases))
+        other = self._fallback(fallback.unwritable(self.store.root)) if found is None else None
+        return found if other is None else other.lookup(kind, name, inputs, verify=verify, bases=bases)
+
+    def _fallback(self, error: int | None) -> Cache | None:
+        """The store a miss builds into where this one cannot be written (fallback.py):
+        None for other errors (a full disk), or where this cache is a fallback itself."""
+        if error not in fallback.READ_ONLY or self._fallback_of is not None:
+            return None
+        if self._fallen is None:
+            root = fallback.root_for(self.root)
+            if root is None:
+                return None
+            view = self._view(root=root, store=Store(root), _fallback_of=self.root, _fallen=None)
+            if self.audit == self._default_audit:
+                view.audit = view._default_audit  # its memo in the store it writes
+            self._fallen = view
+        fallback.say(error, self.root, self._fallen.root)
+        return self._fallen
 
     def _find(self, kind: str, key: str, verify: str, bases: Mapping[str, str] = {}) -> Artifact | None:
         """The local entry that holds here; a lookup that keeps meeting a
@@ -205,10 +226,15 @@ class Cache:
         return None
 
     def _find_once(self, kind: str, key: str, verify: str, bases: Mapping[str, str]) -> Artifact | None:
+        return self._pick(self.store.variant_dirs(kind, key), verify, bases)
+
+    def _pick(self, vdirs: Iterable[Path], verify: str, bases: Mapping[str, str],
+              wanted: Callable[[Manifest], bool] = lambda m: True) -> Artifact | None:
+        """The preferred of these variants that is wanted, holds here and verifies."""
         usable = []
-        for vdir in self.store.variant_dirs(kind, key):
+        for vdir in vdirs:
             manifest = self._manifest(vdir)
-            if manifest is not None and self.usable(manifest):
+            if manifest is not None and wanted(manifest) and self.usable(manifest):
                 usable.append((vdir, manifest))
         usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in usable:
@@ -218,6 +244,15 @@ class Cache:
                 self.store.touch(vdir, self.touch_interval)
                 return _artifact(vdir, manifest, "local")
         return None
+
+    def _find_asked(self, kind: str, name: str, described: Mapping[str, Any], verify: str,
+                    bases: Mapping[str, str]) -> Artifact | None:
+        """Where a tool of the key is absent here, the entry of what was asked for (asked.py)."""
+        if not asked.tools_absent(described):
+            return None
+        want = asked.asked(described)
+        return self._pick(asked.candidates(self.store, kind, name), verify, bases,
+                          lambda manifest: asked.asked(manifest.inputs) == want)
 
     def _manifest(self, vdir: Path) -> Manifest | None:
         """A variant's manifest, or None (a bad one is quarantined)."""
@@ -329,8 +364,15 @@ class Cache:
                 raise exc.with_traceback(None) from None
             except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):
-                    self._count(kind, None)
                     full = unwritable_store(exc, self.store.root)  # one line naming the store and the fix
+                    other = self._fallback(full.errno) if full is not None else None
+                    if other is not None:  # a read-only store: the miss builds into the user's own
+                        rebound = getattr(build, "for_cache", None)  # the engine's objects go there too
+                        found = other.get_or_build(kind, name, inputs, rebound(other) if rebound else build,
+                                                   declared, verify=verify, bases=bases)
+                        self._memo[memo_key] = found._replace(hit=True, origin="local")
+                        return found
+                    self._count(kind, None)
                     if full is not None:
                         raise full from None
                     raise
@@ -378,7 +420,7 @@ class Cache:
                       verify: str, bases: Mapping[str, str]) -> Artifact:
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
-        found = self._find(kind, key, verify, bases)
+        found = self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
         if found is None:
             self._log_miss(kind, name, described, key, bases)
             lookups = self._lookups()
@@ -563,11 +605,13 @@ class Cache:
 
     def _log_miss(self, kind: str, name: str, described: dict[str, Any], key: str,
                   bases: Mapping[str, str]) -> None:
+        from .explain import explain, record_miss
+
+        if kind not in _INTERNAL_KINDS:
+            record_miss(self.store, kind, name, key, described)  # for `abicache explain --last`
         if not config.flag("ABICACHE_EXPLAIN"):
             return
         import logging
-
-        from .explain import explain
 
         # With no logging configured, logging's last-resort handler prints to stderr.
         text = str(explain(self.store, self.facts, kind, name, described, key, bases))

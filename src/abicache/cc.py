@@ -142,6 +142,7 @@ class Plan(NamedTuple):
             built = _engine(self.job, cache)
         if self.recipe is not None:
             built.recipe = dict(self.recipe)  # type: ignore[attr-defined]  # kept in the manifest
+        built.for_cache = self.builder  # type: ignore[attr-defined]  # the same build, into another store
         return built
 
     def run(self, cache: Cache | None = None) -> Artifact:
@@ -182,7 +183,7 @@ def library_plan(
     decides it (.c is C, compiled with $CC; the rest C++, and str code is
     C++); "c" or "c++" compiles every source in that language."""
     _, _, tool, ext = _lang(lang or "c++")
-    tree = trees.make(sources, ext, cflags, _COMPILED)
+    tree = trees.make(sources, ext, cflags, _COMPILED, name)
     filename = library_filename(name)
     soname = [f"-Wl,-soname,{filename}"] if sys.platform.startswith("linux") else []
     tail = (*soname, *ldflags)
@@ -415,7 +416,7 @@ def module_plan(
     facts: Facts | None = None,
 ) -> Plan:
     _, _, tool, ext = _lang(lang)
-    tree = trees.make(sources, ext, cflags, _COMPILED)
+    tree = trees.make(sources, ext, cflags, _COMPILED, name)
     pyflags, suffix, extra, declared = _python_flags(abi3, facts or default_cache().facts)
     filename = name + suffix
     include = [f for f in pyflags if f.startswith("-I")]

@@ -63,6 +63,11 @@ def default_root() -> Path:
     explicit, _ = lookup("ABICACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
+    return user_root()
+
+
+def user_root() -> Path:
+    """The platform's user cache directory for abicache, whatever ABICACHE_DIR says."""
     common = _xdg_cache_root()
     if common is not None:
         return common

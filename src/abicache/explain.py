@@ -166,10 +166,12 @@ def explain(
     wanted: Mapping[str, Any] | None,
     key: str | None,
     bases: Mapping[str, str] | None = None,
+    before: float | None = None,
 ) -> Explanation:
     """Compare what a lookup wanted (or, without it, the newest entry) with the
-    others; entries of the same key also by the files the compiler read."""
-    manifests = _manifests(store, kind, name)
+    others; entries of the same key also by the files the compiler read. before:
+    only the entries made before then (a past miss, compared with what was there)."""
+    manifests = [m for m in _manifests(store, kind, name) if before is None or m.created < before]
     newest = None
     hit = False
     candidates = []
@@ -203,3 +205,52 @@ def _manifests(store: Store, kind: str, name: str) -> list[Manifest]:
             except (OSError, ManifestError):
                 continue
     return out
+
+
+# ---- the last misses ---------------------------------------------------------
+
+#: log/misses.jsonl: a line per miss of what was asked for, so `abicache explain --last`
+#: can say later why each missed. Past this size it is renamed to misses.1.jsonl (one
+#: rename, atomic: a writer holding the old file finishes its line there), so two files
+#: of at most this size are kept.
+MISSES_LOG = "misses"
+ROTATE_BYTES = 1 << 20
+
+
+def record_miss(store: Store, kind: str, name: str, key: str, wanted: Mapping[str, Any]) -> None:
+    """Note a miss (a miss builds: one appended line costs nothing beside that)."""
+    import json
+    import time
+
+    log = store.layout.log / f"{MISSES_LOG}.jsonl"
+    try:
+        if os.stat(log).st_size > ROTATE_BYTES:
+            os.replace(log, log.with_name(f"{MISSES_LOG}.1.jsonl"))
+    except OSError:
+        pass  # no log yet, or another process rotated it first
+    line = json.dumps({"time": time.time(), "kind": kind, "name": name, "key": key, "wanted": dict(wanted)},
+                      sort_keys=True, separators=(",", ":"), default=str)
+    store.log_event(MISSES_LOG, line)
+
+
+def last_misses(store: Store, count: int) -> list[dict[str, Any]]:
+    """The last `count` misses recorded, the newest last (lines that do not parse are skipped)."""
+    import json
+
+    lines = store.read_events(f"{MISSES_LOG}.1")[-count:] + store.read_events(MISSES_LOG)[-count:]
+    out = []
+    for line in lines[-count:] if count > 0 else []:
+        try:
+            doc = json.loads(line)
+            if all(isinstance(doc.get(k), str) for k in ("kind", "name", "key")) and isinstance(doc.get("wanted"),
+                                                                                                 dict):
+                out.append(doc)
+        except (ValueError, AttributeError):
+            continue
+    return out
+
+
+def explain_miss(store: Store, facts: FactSource, miss: Mapping[str, Any]) -> Explanation:
+    """Why a recorded miss missed: what was asked for, against the entries there were then."""
+    return explain(store, facts, miss["kind"], miss["name"], miss["wanted"], miss["key"],
+                   before=float(miss.get("time") or 0.0) or None)

@@ -8,7 +8,7 @@ import re
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .. import config
 from ..cache import Cache
@@ -97,24 +97,26 @@ FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fa
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from . import listing
+
     cache = _cache(args)
-    every = manifests_of(cache)
-    present = sorted({m.kind for _, m in every})
+    entries = str(cache.store.layout.entries)
+    present = sorted(os.listdir(entries)) if os.path.isdir(entries) else []
     if args.kind and args.kind not in present and args.kind not in FRONTEND_KINDS:
         raise UsageError(f"no kind {args.kind!r}: this store holds {', '.join(present) or 'no entries'}, and "
                          f"abicache's frontends write {', '.join(FRONTEND_KINDS)}")
-    rows = [(v, m) for v, m in every if m.kind == args.kind or (not args.kind and (args.all or
-                                                                                  m.kind not in INTERNAL_KINDS))]
-    hidden = 0 if args.kind or args.all else sum(1 for _, m in every if m.kind in INTERNAL_KINDS)
-    rows.sort(key=lambda vm: (vm[1].kind, vm[1].name, -vm[1].created))
+    kinds = [args.kind] if args.kind else [k for k in present if args.all or k not in INTERNAL_KINDS]
+    rows = listing.rows(entries, [k for k in kinds if k in present])
+    hidden = 0 if args.kind or args.all else listing.count(entries, [k for k in INTERNAL_KINDS if k in present])
+    rows.sort(key=lambda r: (r.kind, r.name, -r.created))
     if args.json:
-        render.emit_json([_summary(cache, v, m) for v, m in rows])
+        render.emit_json([r.summary() for r in rows])
         return 0
     render.table(
         f"{len(rows)} entries in {cache.root}",
         ["kind", "name", "key", "variant", "size", "last used", "requirements"],
-        [(m.kind, m.name, m.key[:12], m.variant[:8], render.human_size(_size(v, m)),
-          render.ago(cache.store.last_used(v)), short_requirements(m)) for v, m in rows],
+        [(r.kind, r.name, r.key[:12], r.variant[:8], render.human_size(r.size), render.ago(r.last_used),
+          short_requirements(r.requirements)) for r in rows],
         optional=("variant",), whole=("key",),
     )
     if hidden:
@@ -123,23 +125,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def short_requirements(m: Manifest) -> str:
+def short_requirements(requirements: Iterable[Any]) -> str:
     """For a table row: what tells entries apart (python, torch, gpu...), the platform floors
     every machine of this platform meets only counted ('abicache show' lists them all)."""
-    floors = [r for r in m.requirements if r.name.startswith("platform.")]
-    rest = "; ".join(str(r) for r in m.requirements if not r.name.startswith("platform."))
+    texts = [str(r) for r in requirements]
+    floors = [t for t in texts if t.startswith("platform.")]
+    rest = "; ".join(t for t in texts if not t.startswith("platform."))
     if not floors:
         return rest or "(none)"
     return f"{rest}; platform ({len(floors)})" if rest else f"platform ({len(floors)})"
-
-
-def _summary(cache: Cache, vdir: Path, m: Manifest) -> dict[str, Any]:
-    return {
-        "kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant,
-        "path": str(vdir), "size": _size(vdir, m), "files": [f.path for f in m.files],
-        "requirements": m.requirements.to_list(), "created": m.created,
-        "last_used": cache.store.last_used(vdir),
-    }
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -179,6 +173,11 @@ def _input_rows(inputs: Any) -> list[tuple[str, str]]:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     cache = _cache(args)
+    if args.last is not None:
+        return _explain_last(cache, args)
+    if args.name is None:
+        raise UsageError("abicache explain: name an entry (abicache explain mylib), or ask for the last misses "
+                         "(abicache explain --last)")
     kinds = sorted({m.kind for _, m in manifests_of(cache) if m.name == args.name})
     if args.kind:
         kinds = [args.kind]
@@ -191,6 +190,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for e in explanations:
             render.say("\n".join(e.lines()))
     return 0 if all(e.hit for e in explanations) else 1  # as documented: a miss exits 1
+
+
+def _explain_last(cache: Cache, args: argparse.Namespace) -> int:
+    """The last misses of every process that used this store, each against the entries of
+    its name that were there when it missed (explain.record_miss wrote them)."""
+    from ..explain import explain_miss, last_misses
+
+    misses = [m for m in last_misses(cache.store, args.last) if args.name in (None, m["name"])
+              and args.kind in (None, m["kind"])]
+    explained = [(m, explain_miss(cache.store, cache.facts, m)) for m in misses]
+    if args.json:
+        render.emit_json([{"time": m.get("time"), **e.to_dict()} for m, e in explained])
+        return 0
+    if not explained:
+        render.say(f"no miss is recorded in {cache.root} (since the store was made)")
+    for miss, e in explained:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(miss.get("time") or 0)))
+        head = f"{when}  {e.kind} {e.name!r} missed (key {str(e.key)[:16]})"
+        if e.hit:  # an entry of these very inputs was there: it did not hold then
+            head += "; an entry of the same inputs was there, but its files or recorded headers did not hold"
+        render.say("\n".join([head, *e.lines()[1:]]))
+    return 0
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -253,6 +274,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from ..explain import last_misses
     from ..store import counters
 
     cache = _cache(args)
@@ -280,6 +302,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "remote_refusals": refusal_count(cache.store),
         "by_kind": {k: {"entries": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
         "counts": counts,
+        "last_misses": [{k: m.get(k) for k in ("time", "kind", "name", "key")} for m in last_misses(cache.store, 5)],
     }
     if args.json:
         render.emit_json(doc)
@@ -291,6 +314,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
                   "errors"],
                  [(counts["hits_local"], counts["hits_remote"], counts["misses"], rate, counts["builds"],
                    f"{counts['build_seconds']:.1f} s", f"{counts['seconds_saved']:.1f} s", counts["errors"])])
+    if doc["last_misses"]:
+        render.say("last misses: " + ", ".join(f"{m['kind']} {m['name']} ({render.ago(float(m['time'] or 0))})"
+                                              for m in reversed(doc["last_misses"]))
+                   + "; why: abicache explain --last")
     saved = logical - stored
     render.say(f"{cache.root}: {len(entries)} entries, {blob_count} blobs, "
                f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "

@@ -46,9 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also the entries the build engine keeps for itself (cc.object, torch.pch)")
     p = sub.add_parser("show", parents=[common], help="show the manifest of an entry")
     p.add_argument("key", help="a key or a unique prefix of one, or a name (its newest entry; see 'abicache ls')")
-    p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss")
-    p.add_argument("name")
+    p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss, or why the last misses missed",
+                       epilog="examples: abicache explain mylib --kind cc.library; abicache explain --last 3")
+    p.add_argument("name", nargs="?")
     p.add_argument("--kind", help="artifact kind (default: every kind with this name)")
+    p.add_argument("--last", type=_positive, nargs="?", const=5, metavar="N",
+                   help="the last N misses of any process (default 5), against the entries there were then")
     p = sub.add_parser("gc", parents=[common], help="evict entries by size and age")
     p.add_argument("--max-size", type=commands.parse_size, help="e.g. 10G, 500M, 0")
     p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
@@ -98,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
 EXAMPLES = {
     "env": "abicache env --json",
     "show": "abicache show 8922dce0  (or a name: abicache show mylib)",
-    "explain": "abicache explain mylib --kind cc.library",
     "gc": "abicache gc --max-size 10G --max-age 30d --dry-run",
     "verify": "abicache verify --full",
     "check": "abicache check --sample 5 --log",

@@ -1,6 +1,7 @@
 """Where the sources of a build live, and how they are named in keys.
 
-Sources come in three forms: a str is code (source0.cpp, ...), a mapping is
+Sources come in three forms: a str is code (named after the artifact:
+add.cpp, then add_1.cpp, ..., so the compiler's messages name it), a mapping is
 {file name: code} (headers included), and a path is a file on disk. Inline
 sources are written to a scratch folder at build time; files are compiled
 where they are, so `#include "sibling.h"` and relative -I work exactly as
@@ -67,8 +68,9 @@ class Tree(NamedTuple):
 
 
 def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[str] = (),
-         compiled: tuple[str, ...] = COMPILED) -> Tree:
-    """Read file sources, name everything, and find the bases."""
+         compiled: tuple[str, ...] = COMPILED, label: str = "source") -> Tree:
+    """Read file sources, name everything, and find the bases (label: the artifact's
+    name, which names its inline code)."""
     # Cheap checks first: the first isinstance() against an ABC such as Mapping
     # costs a tenth of a millisecond per type, and this runs on every lookup.
     if type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping)):
@@ -76,9 +78,10 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
     files: list[File] = []
     paths: list[str] = []
     cwd = os.getcwd()
+    stem = _stem(label)
     for i, item in enumerate(sources):
         if isinstance(item, str):
-            files.append(File(f"source{i}{ext}", item, None))
+            files.append(File(f"{stem}{f'_{i}' if i else ''}{ext}", item, None))
         elif hasattr(item, "__fspath__"):
             paths.append(roots.normal(os.fspath(item), cwd))
         elif isinstance(item, Mapping):
@@ -97,6 +100,13 @@ def make(sources: Sequence[Source] | Source, ext: str, include_flags: Sequence[s
         raise AbicacheError(f"no source to compile ({', '.join(compiled)}) among " + ", ".join(names))
     flags, key_flags = include_bases(include_flags, bases)
     return Tree(tuple(files), bases, flags, key_flags)
+
+
+def _stem(label: str) -> str:
+    """A file name for inline code from the artifact's name: the characters a
+    shell and a compiler take as they are, the rest '_'."""
+    stem = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in label[:64]).strip(".")
+    return stem or "source"
 
 
 def _inline_name(name: object) -> str:

@@ -192,7 +192,9 @@ def _scratch() -> Iterator[str]:
     folder = tempfile.mkdtemp(prefix="abicache-build-")
     try:
         yield folder
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, BuildError):  # inline code by the name the user knows it by: the folder is gone
+            exc.output = exc.output.replace(folder + os.sep, "")
         shutil.rmtree(folder, ignore_errors=True)
         raise
     threading.Thread(target=shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True},

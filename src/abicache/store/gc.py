@@ -156,16 +156,19 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
 
 
 def _drop_stale_index(store: Store) -> None:
+    """Index markers of keys no entry has: <digest>.<key> files in folders of 256, and
+    <digest>/<key> in the folder per name that stores written before kept."""
     for kind_dir in children(store.layout.index):
-        for name_dir in children(kind_dir):
-            for marker in children(name_dir):
+        for folder in children(kind_dir):
+            for marker in children(folder):
+                key = marker.name.rpartition(".")[2]
                 try:
-                    stale = not store.layout.key_dir(kind_dir.name, marker.name).exists()
+                    stale = not store.layout.key_dir(kind_dir.name, key).exists()
                 except ValueError:
                     stale = True  # not a key's name: nothing the index serves
                 if stale:
                     marker.unlink(missing_ok=True)
-            _rmdir(name_dir)
+            _rmdir(folder)
         _rmdir(kind_dir)
 
 

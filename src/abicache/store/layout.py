@@ -79,10 +79,19 @@ class Layout(NamedTuple):
         name = check_hex(sha256, "sha256") + ("x" if executable else "")
         return self.blobs / sha256[:2] / name
 
+    def name_marker(self, kind: str, name: str, key: str) -> Path:
+        """The index's record that key was built under (kind, name): an empty file named
+        <name digest>.<key> in a folder of 256 (no block of its own, unlike a folder per name)."""
+        digest = name_digest(name)
+        return self.index / check_kind(kind) / digest[:2] / f"{digest}.{check_hex(key, 'key')}"
+
     def name_dir(self, kind: str, name: str) -> Path:
-        """Index of the keys built under one (kind, name), for explaining misses."""
-        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-        return self.index / check_kind(kind) / digest
+        """The index's folder per (kind, name) of stores written before name_marker: still read."""
+        return self.index / check_kind(kind) / name_digest(name)
 
     def lock_file(self, key: str) -> Path:
         return self.locks / key[:2] / f"{check_hex(key, 'key')}.lock"
+
+
+def name_digest(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]

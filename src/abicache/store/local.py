@@ -465,12 +465,12 @@ class Store:
         return final, True
 
     def _index(self, manifest: Manifest) -> None:
-        folder = self.layout.name_dir(manifest.kind, manifest.name)
+        marker = self.layout.name_marker(manifest.kind, manifest.name, manifest.key)
         try:
-            self.make_dir(folder)
-            (folder / manifest.key).touch(mode=self.trust.file_mode)
+            self.make_dir(marker.parent)
+            marker.touch(mode=self.trust.file_mode)
         except OSError:
-            pass  # the index only serves `explain`
+            pass  # the index only serves `explain`, and the lookups that know no key (asked.py)
 
     def log_event(self, name: str, line: str) -> None:
         """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
@@ -492,11 +492,18 @@ class Store:
             return []
 
     def keys_named(self, kind: str, name: str) -> list[str]:
-        try:
-            with os.scandir(self.layout.name_dir(kind, name)) as it:
-                return [e.name for e in it if len(e.name) == 64]
-        except FileNotFoundError:
-            return []
+        """The keys built under (kind, name), by the index (both of its forms)."""
+        marker = self.layout.name_marker(kind, name, "0" * 64)
+        start = marker.name[:33]  # "<name digest>."
+        keys = []
+        for folder, named in ((marker.parent, lambda n: n[33:] if n.startswith(start) else ""),
+                              (self.layout.name_dir(kind, name), lambda n: n)):
+            try:
+                with os.scandir(folder) as it:
+                    keys += [key for key in map(named, (e.name for e in it)) if len(key) == 64]
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return keys
 
     def remove_tree(self, path: Path) -> None:
         """Rename into trash/ first (atomic for readers), then delete."""

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -104,6 +104,10 @@ def key_lock(
         _write_holder(lock, what)
         yield True
     finally:
+        # Unlinked while still held, so it never names a process that no longer holds the
+        # lock, and a key built once keeps no 4 KiB file for it (the lock file is empty).
+        with suppress(OSError):
+            os.unlink(_holder_file(lock))
         _release(fd)
 
 
