@@ -27,13 +27,14 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("ABICACHE_SHARED", raising=False)
     for name in ("ABICACHE_REMOTE", "ABICACHE_REMOTE_MODE", "ABICACHE_REMOTE_TIMEOUT", "ABICACHE_REMOTE_LEASE",
                  "ABICACHE_SIGNING_KEY", "ABICACHE_TRUSTED_KEYS", "ABICACHE_MAX_SIZE", "ABICACHE_LEASE_STUCK",
-                 "ABICACHE_LEASE_WAIT", "ABICACHE_RETRY_FAILED"):
+                 "ABICACHE_LEASE_WAIT", "ABICACHE_RETRY_FAILED", "ABICACHE_READ_STORES"):
         monkeypatch.delenv(name, raising=False)
     # the user's own config file (~/.config/abicache/config.toml) must not steer the tests
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
-    from abicache import settings_file
+    from abicache import settings_file, tiers
 
     settings_file.forget()
+    tiers.forget()  # read-only stores are found once per process: each test finds its own
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from . import asked, config, fallback, key as keys
+from . import asked, config, fallback, key as keys, tiers
 from ._version import __version__
 from .env import Facts
 from .errors import (AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError,
@@ -65,7 +65,7 @@ class Artifact(NamedTuple):
     requirements: Requirements
     manifest: Manifest
     hit: bool
-    origin: str = "local"  # "local" (a hit here), "remote" (fetched), "built" (built here)
+    origin: str = "local"  # "local" (a hit here), "tier" (a read-only store's), "remote" (fetched), "built"
     bases: Mapping[str, str] = {}  # where its dependencies were found current
     watch: Any = None  # store.deps.Current over them
 
@@ -192,8 +192,8 @@ class Cache:
         self.store.ensure()
         key, described = self.key_for(kind, name, _as_inputs(inputs))
         bases = {"cwd": os.getcwd(), **(bases or {})}  # the base every build has (engine/tree.py)
-        found = (self._find(kind, key, verify, bases) or self._fetch(kind, key, bases)
-                 or self._find_asked(kind, name, described, verify, bases))
+        found = (self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
+                 or self._from_tiers(kind, name, key, described, bases) or self._fetch(kind, key, bases))
         other = self._fallback(fallback.unwritable(self.store.root)) if found is None else None
         return found if other is None else other.lookup(kind, name, inputs, verify=verify, bases=bases)
 
@@ -253,6 +253,15 @@ class Cache:
         want = asked.asked(described)
         return self._pick(asked.candidates(self.store, kind, name), verify, bases,
                           lambda manifest: asked.asked(manifest.inputs) == want)
+
+    def _from_tiers(self, kind: str, name: str, key: str, described: Mapping[str, Any],
+                    bases: Mapping[str, str]) -> Artifact | None:
+        """The entry a read-only store (a package's prebuilt kernels) holds for what was asked (tiers.py)."""
+        for tier in tiers.tiers():
+            got = tier.find(kind, name, key, described, self.usable, bases)
+            if got is not None:
+                return _artifact(*got, "tier")
+        return None
 
     def _manifest(self, vdir: Path) -> Manifest | None:
         """A variant's manifest, or None (a bad one is quarantined)."""
@@ -420,7 +429,8 @@ class Cache:
                       verify: str, bases: Mapping[str, str]) -> Artifact:
         self.store.ensure()
         key, described = self.key_for(kind, name, inputs)
-        found = self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
+        found = (self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
+                 or self._from_tiers(kind, name, key, described, bases))
         if found is None:
             self._log_miss(kind, name, described, key, bases)
             lookups = self._lookups()

@@ -54,6 +54,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): after a build, at most once a "
                           "minute, the least recently used entries are evicted down to it, as ccache's max_size "
                           "(empty: no cap; `abicache gc --max-size` does it by hand)"),
+    "ABICACHE_READ_STORES": ("", "read-only stores searched after the local one, never written (a package's "
+                             "prebuilt entries, a read-only shared folder), separated by ':'; installed packages "
+                             "add theirs through the abicache.stores entry point"),
     "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 

@@ -69,10 +69,16 @@ def cmd_env(args: argparse.Namespace) -> int:
     from ..cuda import loader
     from ..hip import loader as hip_loader
 
+    from .. import tiers
+
     libraries, hip = loader.describe(), hip_loader.describe()
+    with warnings.catch_warnings(record=True) as skipped:  # a store that is skipped: listed, with why
+        warnings.simplefilter("always", AbicacheWarning)
+        read_only = [{"root": str(t.root), "from": t.origin} for t in tiers.tiers()]
+    read_only += [{"root": "-", "from": str(w.message)} for w in skipped]
     if args.json:
         render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings, "problems": problems,
-                          "cuda_libraries": libraries, "hip_libraries": hip})
+                          "cuda_libraries": libraries, "hip_libraries": hip, "read_only_stores": read_only})
         return 1 if problems else 0
     render.table("environment facts", ["fact", "value"],
                  [(n, facts.get(n) if facts.get(n) is not None else "-") for n in FACT_NAMES])
@@ -81,6 +87,9 @@ def cmd_env(args: argparse.Namespace) -> int:
                   for n, (d, m) in config.VARIABLES.items()])
     render.table("GPU runtime libraries (abicache.cuda / abicache.hip load_library)",
                  ["library", "major", "path", "found via"], [tuple(row.values()) for row in libraries + hip])
+    if read_only:
+        render.table("read-only stores, searched after the local one", ["root", "from"],
+                     [(t["root"], t["from"]) for t in read_only])
     return 1 if problems else 0
 
 
