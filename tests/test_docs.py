@@ -31,3 +31,27 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     why = (tmp_path / "site" / "why" / "index.html").read_text()
     assert "img/matrix.png" in why and "unsafe reuses" in why
     assert (tmp_path / "site" / "img" / "matrix.png").stat().st_size > 10_000
+
+
+def test_every_ci_workflow_in_the_docs_parses_and_its_jobs_connect() -> None:
+    """A GitHub Actions workflow a page shows (the shipping guide's CI matrix) is valid YAML
+    with jobs that run somewhere, have steps, and need only jobs that exist."""
+    import re
+
+    yaml = pytest.importorskip("yaml")
+    workflows = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for block in re.findall(r"^```yaml\n(.*?)^```", page.read_text(), re.M | re.S):
+            doc = yaml.safe_load(block)
+            assert isinstance(doc, dict), page
+            if "jobs" in doc:
+                workflows.append((page, doc))
+    assert workflows, "the shipping guide shows a workflow"
+    for page, doc in workflows:
+        jobs = doc["jobs"]
+        for name, job in jobs.items():
+            assert job.get("runs-on") and isinstance(job.get("steps"), list) and job["steps"], (page, name)
+            assert all("run" in step or "uses" in step for step in job["steps"]), (page, name)
+            needs = job.get("needs", [])
+            assert set([needs] if isinstance(needs, str) else needs) <= set(jobs), (page, name)
+        assert any("abicache bundle --wheel" in step.get("run", "") for job in jobs.values() for step in job["steps"])

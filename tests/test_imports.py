@@ -24,7 +24,7 @@ FLOORS: list[set[str]] = [
     {"key", "audit"},
     {"store"},
     {"remote"},
-    {"replicate", "explain", "asked", "fallback", "tiers"},
+    {"replicate", "explain", "asked", "fallback", "tiers", "bundle"},
     {"cache"},
     {"engine"},
     {"cc", "cuda", "torch", "torch_compile", "triton", "tvm_ffi", "patching", "dropin", "check", "torch_lines"},

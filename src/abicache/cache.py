@@ -370,6 +370,9 @@ class Cache:
                 raise KeyboardInterrupt from None
             except BuildError as exc:  # the compiler's message is the news: not twenty frames of ours
                 self._count(kind, None)
+                if exc.missing_tool and not exc.hint:  # no compiler: say which prebuilt variants exist
+                    exc.hint = tiers.no_fit(kind, name, self.store, lambda m: self._checked(m.requirements)
+                                            .unmet(self.facts))
                 raise exc.with_traceback(None) from None
             except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):

@@ -68,7 +68,7 @@ def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *
     except FileNotFoundError:
         raise BuildError(
             f"compiler {argv[0]!r} not found while building {what}; install it or set CC/CXX",
-            command=tuple(argv),
+            command=tuple(argv), missing_tool=argv[0],
         ) from None
     with interrupt.running(proc):
         stdout, stderr = proc.communicate()

@@ -38,14 +38,17 @@ class BuildError(AbicacheError, RuntimeError):
     A RuntimeError too, as torch.utils.cpp_extension's build errors are, so a
     caller's `except RuntimeError:` fallback keeps working with abicache."""
 
-    def __init__(self, message: str, *, command: tuple[str, ...] = (), output: str = "") -> None:
+    def __init__(self, message: str, *, command: tuple[str, ...] = (), output: str = "",
+                 missing_tool: str | None = None) -> None:
         super().__init__(message)
         self.command = command
         self.output = output
+        self.missing_tool = missing_tool  # the compiler that is not installed, where that was the failure
+        self.hint = ""  # what else the cache knows: the prebuilt variants that did not fit here
 
     def __str__(self) -> str:
         """What failed, then the compiler's own words, then its command (last: it is long)."""
-        parts = [super().__str__()]
+        parts = [super().__str__(), *([self.hint] if self.hint else [])]
         if self.output:
             parts.append(self.output.rstrip())
         if self.command:

@@ -223,6 +223,28 @@ def _explain_last(cache: Cache, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from .. import bundle
+
+    cache = _cache(args)
+    chosen = bundle.select(cache.store, args.names, args.kind, args.sources)
+    if args.wheel:
+        args.out.mkdir(parents=True, exist_ok=True)
+        made = bundle.write_wheel(chosen, args.wheel, args.out)
+    else:
+        bundle.write_store(chosen, args.out)
+        made = bundle.Bundled(args.out, tuple(m for _, m in chosen))
+    if args.json:
+        render.emit_json({"out": str(made.out), "tag": made.tag, "entries": [
+            {"kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant,
+             "requirements": m.requirements.to_list()} for m in made.entries]})
+        return 0
+    render.say(f"{len(made.entries)} variants of {', '.join(sorted({m.name for m in made.entries}))} -> {made.out}"
+               + (f" (platform {made.tag}; pip install it, and abicache finds them)" if made.tag else
+                  f" (ABICACHE_READ_STORES={made.out}, or ship it in a package: abicache bundle --wheel)"))
+    return 0
+
+
 def cmd_gc(args: argparse.Namespace) -> int:
     cache = _cache(args)
     with render.Progress("evicting", None) as bar:

@@ -83,6 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
     sub.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
+    p = sub.add_parser("bundle", parents=[common],
+                       help="copy every variant of the named entries into a read-only store folder or a wheel "
+                            "that registers it (ship prebuilt kernels)",
+                       epilog="examples: abicache bundle --out dist/store mylib; "
+                              "abicache bundle --wheel mylib-kernels==1.0 --out dist mylib mylib_ops")
+    p.add_argument("names", nargs="+", metavar="NAME", help="entry names (every kind, variant and key of each)")
+    p.add_argument("--out", required=True, type=Path, help="the store folder to make, or (--wheel) where the wheel goes")
+    p.add_argument("--wheel", metavar="DIST==VERSION", help="write a wheel of this name and version instead")
+    p.add_argument("--kind", help="only entries of this kind")
+    p.add_argument("--from", dest="sources", action="append", type=Path, default=[], metavar="STORE",
+                   help="also take entries from this store folder (another job's bundle); repeatable")
     p = sub.add_parser("stub", parents=[common], help="generate a lazy-loading CUDA stub library")
     p.add_argument("library", choices=["cudart", "nvrtc", "cuda"])
     p.add_argument("--functions", required=True, help="comma-separated API functions")

@@ -1,0 +1,187 @@
+"""`abicache bundle`: named entries of the local store, as a read-only store to ship.
+
+A maintainer builds through abicache (each Python ABI, torch build, GPU arch
+a variant), then bundles every variant of the named entries into
+
+  * a store folder: the local store's layout, its files copied (not linked),
+    its manifests byte for byte (so their signatures still hold), and the
+    name index (tiers.py finds entries by what was asked for through it); or
+  * a wheel holding that folder in a package of its own, which registers it
+    through the `abicache.stores` entry point: `pip install` it, and abicache
+    finds its entries (tiers.py) with no setting. Its platform tag comes from
+    the entries' requirements: the highest `platform.glibc` floor and the one
+    `platform.machine` (manylinux_2_28_x86_64), or `any` for entries that need
+    neither (cubins, PTX). Python and ABI tags are py3 and none: the variants
+    inside say which Python each needs, and the lookup picks.
+
+Every entry is verified in full (sha256 of each file) before it is copied: a
+damaged entry stops the bundle, naming it.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+from .errors import AbicacheError, ManifestError, UsageError
+from .store import Manifest, Store
+from .store.layout import name_digest
+from .store.manifest import FILENAME
+
+#: the folder of a bundle wheel's package that holds the store
+STORE_FOLDER = "store"
+
+
+class Bundled(NamedTuple):
+    out: Path  # the store folder, or the wheel file
+    entries: tuple[Manifest, ...]
+    tag: str | None = None  # the wheel's platform tag
+
+
+def select(store: Store, names: Sequence[str], kind: str | None = None,
+           sources: Sequence[Path] = ()) -> list[tuple[Path, Manifest]]:
+    """Every variant of the named entries (of one kind, if given) in the local store and in
+    the store folders `sources` (other jobs' bundles: a CI matrix), each verified in full;
+    a variant found twice is taken once."""
+    from .tiers import Tier
+
+    chosen: dict[tuple[str, str, str], tuple[Path, Manifest]] = {}
+    readers = [(store, lambda vdir, m: _damage(store, vdir, m))]
+    for root in sources:
+        tier = Tier(Path(root), "--from")
+        tier.store.ensure()
+        readers.append((tier.store, lambda vdir, m, tier=tier: None if tier.intact(vdir, m) else "see the warning"))
+    for where, damage_of in readers:
+        for vdir in where.iter_variant_dirs():
+            try:
+                manifest = where.read_manifest(vdir)
+            except (OSError, ManifestError):
+                continue
+            if manifest.name not in names or kind not in (None, manifest.kind):
+                continue
+            damage = damage_of(vdir, manifest)
+            if damage is not None:
+                raise AbicacheError(f"{manifest.kind} {manifest.name} ({vdir}) is damaged: {damage}; "
+                                    "run `abicache verify` and build it again before bundling")
+            chosen.setdefault((manifest.kind, manifest.key, manifest.variant), (vdir, manifest))
+    missing = sorted(set(names) - {m.name for _, m in chosen.values()})
+    if missing:
+        raise UsageError(f"nothing named {', '.join(missing)} is in the store at {store.root}"
+                         + "".join(f" or {root}" for root in sources)
+                         + (f" as {kind}" if kind else "") + ": build it first (`abicache ls` lists what is there)")
+    return list(chosen.values())
+
+
+def _damage(store: Store, vdir: Path, manifest: Manifest) -> str | None:
+    found = store.check(vdir, manifest, full=True)
+    return None if found is None else found[0]
+
+
+def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path) -> None:
+    """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555."""
+    if out.exists():
+        raise UsageError(f"{out} already exists: bundle into a new folder")
+    top = out / "v1"
+    for vdir, manifest in chosen:
+        target = top / "entries" / manifest.kind / manifest.key[:2] / manifest.key / manifest.variant
+        target.mkdir(parents=True, exist_ok=True, mode=0o755)
+        for record in manifest.files:
+            path = target / record.path
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            shutil.copyfile(vdir / record.path, path)
+            path.chmod(record.mode)
+        shutil.copyfile(vdir / FILENAME, target / FILENAME)
+        (target / FILENAME).chmod(0o444)
+        digest = name_digest(manifest.name)
+        marker = top / "index" / manifest.kind / digest[:2] / f"{digest}.{manifest.key}"
+        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        marker.touch(mode=0o444)
+    for folder, dirs, _ in os.walk(out):
+        for name in [".", *dirs]:
+            os.chmod(os.path.join(folder, name), 0o755)  # whatever the umask: readable, writable by us only
+
+
+def platform_tag(entries: Iterable[Manifest]) -> str:
+    """The wheel's platform tag from the entries' requirements (see the module's docstring)."""
+    machines, floor = set(), (0, 0)
+    for manifest in entries:
+        for req in manifest.requirements:
+            if req.name == "platform.machine":
+                machines.update(req.values)
+            elif req.name == "platform.glibc" and req.op == ">=":
+                floor = max(floor, tuple(int(p) for p in req.values[0].split(".")[:2]))  # type: ignore[assignment]
+    if len(machines) > 1:
+        raise UsageError(f"the entries need different machines ({', '.join(sorted(machines))}): "
+                         "bundle one wheel per machine (--kind, or fewer names)")
+    if not machines:
+        return "any"
+    machine = machines.pop()
+    major, minor = floor if floor >= (2, 17) else (2, 17)  # manylinux2014, the oldest pip still installs
+    return f"manylinux_{major}_{minor}_{machine}"
+
+
+def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path) -> Bundled:
+    """A wheel DIST-VERSION-py3-none-TAG.whl in out_dir whose package holds the store."""
+    match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!-]*)\s*", requirement)
+    if match is None:
+        raise UsageError(f"--wheel {requirement!r}: give the distribution and its version, e.g. mylib-kernels==1.0")
+    dist, version = re.sub(r"[-_.]+", "_", match.group(1)).lower(), match.group(2)
+    tag = platform_tag(m for _, m in chosen)
+    staging = out_dir / f".{dist}-{os.getpid()}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        write_store(chosen, staging / dist / STORE_FOLDER)
+        (staging / dist / "__init__.py").write_text(
+            f'"""Prebuilt entries for abicache (abicache bundle): found through the abicache.stores entry point."""\n'
+            f"from pathlib import Path\n\nSTORE = str(Path(__file__).resolve().parent / {STORE_FOLDER!r})\n")
+        info = f"{dist}-{version}.dist-info"
+        meta = {
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {match.group(1)}\nVersion: {version}\n"
+                                f"Summary: prebuilt entries for abicache ({len(chosen)} variants)\n"
+                                f"Requires-Dist: abicache\n",
+            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: abicache bundle\nRoot-Is-Purelib: false\n"
+                             f"Tag: py3-none-{tag}\n",
+            f"{info}/entry_points.txt": f"[abicache.stores]\n{dist} = {dist}:STORE\n",
+        }
+        wheel = out_dir / f"{dist}-{version}-py3-none-{tag}.whl"
+        _zip(staging, meta, f"{info}/RECORD", wheel)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Bundled(wheel, tuple(m for _, m in chosen), tag)
+
+
+def _zip(staging: Path, meta: dict[str, str], record_name: str, wheel: Path) -> None:
+    rows: list[tuple[str, str, str]] = []
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            name = path.relative_to(staging).as_posix()
+            data = path.read_bytes()
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))  # reproducible
+            info.external_attr = (0o100755 if path.stat().st_mode & 0o111 else 0o100644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+            rows.append(_record_row(name, data))
+        for name, text in meta.items():
+            z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), text)
+            rows.append(_record_row(name, text.encode()))
+        rows.append((record_name, "", ""))
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)  # a comma in a file name is quoted
+        z.writestr(zipfile.ZipInfo(record_name, date_time=(2020, 1, 1, 0, 0, 0)), text.getvalue())
+    temp = wheel.with_name(wheel.name + ".part")
+    temp.write_bytes(buffer.getvalue())
+    os.replace(temp, wheel)  # a wheel is whole or absent
+
+
+def _record_row(name: str, data: bytes) -> tuple[str, str, str]:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return name, f"sha256={digest}", str(len(data))

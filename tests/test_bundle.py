@@ -1,0 +1,175 @@
+"""`abicache bundle`: named entries as a store folder or a wheel, loaded elsewhere with zero compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.bundle import platform_tag
+from abicache.cli.main import main
+from abicache.requirements import Requirements
+from conftest import SRC, need
+
+ADD = 'extern "C" int add(int a, int b) { return a + b; }'
+TWICE = textwrap.dedent(r"""
+    #include <Python.h>
+    static PyObject* twice(PyObject* self, PyObject* arg) { return PyLong_FromLong(2 * PyLong_AsLong(arg)); }
+    static PyMethodDef methods[] = {{"twice", twice, METH_O, ""}, {NULL, NULL, 0, NULL}};
+    static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "twice", NULL, -1, methods};
+    PyMODINIT_FUNC PyInit_twice(void) { return PyModule_Create(&def); }
+""")
+USE = textwrap.dedent(f"""
+    import json, sys
+    from abicache import Cache, cc
+    cache = Cache(sys.argv[1])
+    lib = cc.build_library("adder", [{ADD!r}], cache=cache)
+    mod = cc.build_module("twice", [{TWICE!r}], lang="c", cache=cache)
+    print(json.dumps({{"origins": [lib.origin, mod.origin], "value": cc.load_module("twice", [{TWICE!r}],
+                      lang="c", cache=cache).twice(21)}}))
+""")
+
+
+@pytest.fixture
+def built(root: Path) -> Path:
+    need("c++")
+    need("cc")
+    cache = Cache(root)
+    cc.build_library("adder", [ADD], cache=cache)
+    cc.build_module("twice", [TWICE], lang="c", cache=cache)
+    return root
+
+
+def _no_compiler(tmp_path: Path, **env: str) -> dict[str, str]:
+    bare = tmp_path / "bare-bin"
+    bare.mkdir(exist_ok=True)
+    if not (bare / "python3").exists():
+        os.symlink(sys.executable, bare / "python3")
+    return {**os.environ, "PYTHONPATH": str(SRC), "PATH": str(bare), "CC": "", "CXX": "", **env}
+
+
+def test_a_bundled_store_folder_serves_a_machine_without_a_compiler(built: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "shipped"
+    assert main(["bundle", "--out", str(out), "--root", str(built), "--json", "adder", "twice"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(e["name"] for e in doc["entries"]) == ["adder", "twice"] and doc["tag"] is None
+    assert not list(out.rglob("*.o")) and not (out / "v1" / "entries" / "cc.object").exists()  # only what was named
+    used = subprocess.run([sys.executable, "-c", USE, str(tmp_path / "fresh")], capture_output=True, text=True,
+                          env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(out)), timeout=120)
+    assert used.returncode == 0, used.stderr[-2000:]
+    assert json.loads(used.stdout) == {"origins": ["tier", "tier"], "value": 42}
+    assert main(["bundle", "--out", str(out), "--root", str(built), "adder"]) == 2  # never over a folder
+    assert main(["bundle", "--out", str(tmp_path / "x"), "--root", str(built), "nosuch"]) == 2
+    assert "nothing named nosuch" in capsys.readouterr().err
+
+
+def test_a_bundle_wheel_installs_and_registers_its_store(built: Path, tmp_path: Path) -> None:
+    """pip install the wheel (no compiler, no setting): its entry point names the store."""
+    from packaging.tags import sys_tags
+
+    dist = tmp_path / "dist"
+    assert main(["bundle", "--wheel", "mylib-kernels==1.0", "--out", str(dist), "--root", str(built),
+                 "adder", "twice"]) == 0
+    (wheel,) = dist.glob("*.whl")
+    tag = wheel.name.rsplit("-", 1)[1].removesuffix(".whl")
+    assert wheel.name.startswith("mylib_kernels-1.0-py3-none-") and tag.endswith(os.uname().machine)
+    assert f"py3-none-{tag}" in {str(t) for t in sys_tags()}  # pip installs it here
+    with zipfile.ZipFile(wheel) as z:
+        assert "[abicache.stores]" in z.read("mylib_kernels-1.0.dist-info/entry_points.txt").decode()
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    python = str(venv / "bin" / "python")
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    env = _no_compiler(tmp_path)
+    env["PYTHONPATH"] = f"{SRC}{os.pathsep}{os.pathsep.join(p for p in sys.path if p.endswith('site-packages'))}"
+    used = subprocess.run([python, "-c", USE, str(tmp_path / "fresh")], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert used.returncode == 0, used.stderr[-2000:]
+    assert json.loads(used.stdout) == {"origins": ["tier", "tier"], "value": 42}
+
+
+def test_a_damaged_entry_is_not_bundled(built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (lib,) = [p for p in built.rglob("libadder.so")]
+    lib.chmod(0o644)
+    lib.write_bytes(lib.read_bytes()[:-1] + b"\0")
+    assert main(["bundle", "--out", str(tmp_path / "shipped"), "--root", str(built), "adder"]) == 2
+    assert "damaged" in capsys.readouterr().err and not (tmp_path / "shipped").exists()
+
+
+@pytest.mark.parametrize(("requirements", "tag"), [
+    ([["platform.machine == x86_64"]], "manylinux_2_17_x86_64"),
+    ([["platform.machine == x86_64", "platform.glibc >= 2.34"], ["platform.machine == x86_64",
+                                                                  "platform.glibc >= 2.28"]],
+     "manylinux_2_34_x86_64"),
+    ([["gpu.arch ~= sm_90"]], "any"),
+])
+def test_the_wheels_platform_tag_is_read_from_the_requirements(requirements: list[list[str]], tag: str) -> None:
+    assert platform_tag(SimpleNamespace(requirements=Requirements.of(r)) for r in requirements) == tag
+
+
+def test_entries_for_two_machines_need_two_wheels() -> None:
+    from abicache.errors import UsageError
+
+    with pytest.raises(UsageError, match="one wheel per machine"):
+        platform_tag(SimpleNamespace(requirements=Requirements.of([f"platform.machine == {m}"]))
+                     for m in ("x86_64", "aarch64"))
+
+
+def test_the_last_job_of_a_matrix_bundles_every_jobs_variants(tmp_path: Path) -> None:
+    """Each job of a CI matrix bundles what it built (a store folder, its artifact); the last one
+    bundles them all (--from) into one wheel's store: one variant per GPU arch here, each job's own."""
+    from abicache.bundle import select, write_store
+    from abicache.env import Facts
+    from abicache.tiers import Tier
+
+    jobs = []
+    for arch in ("sm_80", "sm_90"):
+        cache = Cache(tmp_path / f"job-{arch}", facts=Facts().with_overrides({"gpu.arch": arch}))
+        art = cache.get_or_build("t", "kern", {"flags": ["-O3"]}, lambda out, a=arch: (out / "k.bin").write_text(a),
+                                 [f"gpu.arch ~= {arch}"])
+        shipped = tmp_path / f"artifact-{arch}"
+        assert main(["bundle", "--out", str(shipped), "--root", str(cache.root), "kern"]) == 0
+        for path in shipped.rglob("*"):  # as a CI artifact comes back: every mode 0644 / 0755
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        jobs.append((art, shipped))
+    assert jobs[0][0].key == jobs[1][0].key and jobs[0][0].variant != jobs[1][0].variant
+    final = Cache(tmp_path / "final")
+    chosen = select(final.store, ["kern"], None, [shipped for _, shipped in jobs])
+    assert sorted(m.variant for _, m in chosen) == sorted(a.variant for a, _ in jobs)
+    write_store(chosen, tmp_path / "all")
+    tier = Tier(tmp_path / "all", "test")
+    tier.store.ensure()
+    for arch in ("sm_80", "sm_90"):
+        here = Cache(tmp_path / "user", facts=Facts().with_overrides({"gpu.arch": arch}))
+        vdir, manifest = tier.find("t", "kern", jobs[0][0].key, jobs[0][0].manifest.inputs, here.usable, {})
+        assert (vdir / "k.bin").read_text() == arch
+
+
+def test_without_a_compiler_a_missing_variant_is_named_with_what_it_needs(built: Path, tmp_path: Path) -> None:
+    """A user whose Python no shipped variant serves, and no compiler: the error names the
+    variants there are and what each needs that this environment lacks."""
+    out = tmp_path / "shipped"
+    assert main(["bundle", "--out", str(out), "--root", str(built), "twice"]) == 0
+    code = textwrap.dedent(f"""
+        from abicache import Cache, cc
+        from abicache.env import Facts
+        cache = Cache({str(tmp_path / 'fresh')!r}, facts=Facts().with_overrides({{"python.abi": "cp399"}}))
+        cc.build_module("twice", [{TWICE!r}], lang="c", cache=cache)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(out)), timeout=120)
+    assert done.returncode == 1
+    assert "No prebuilt cc.module 'twice' fits this environment" in done.stderr, done.stderr[-2000:]
+    assert f"{out}: variant " in done.stderr and "needs python.abi == cp3" in done.stderr
