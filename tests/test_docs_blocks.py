@@ -9,7 +9,7 @@ A block can say, in HTML comments on the lines just above it (invisible on the
 rendered page):
     <!-- docs-test: skip REASON -->    not run; REASON is shown as the skip reason
     <!-- docs-test: needs TOOL -->     skipped, with the reason, where TOOL is absent
-                                       (torch, triton, tvm_ffi, nvcc, nvrtc, cudart, cuda12, gpu)
+                                       (torch, triton, tvm_ffi, cuda_core, nvcc, nvrtc, cudart, cuda12, gpu)
     <!-- docs-test: cwd PATH -->       run in PATH (inside the scratch folder)
 """
 
@@ -77,6 +77,12 @@ def missing(tool: str) -> str | None:
 
     if tool in ("torch", "triton", "tvm_ffi"):
         return None if importlib.util.find_spec(tool) else f"{tool} is not installed"
+    if tool == "cuda_core":
+        try:
+            found = importlib.util.find_spec("cuda.core.utils")
+        except ImportError:
+            found = None
+        return None if found else "cuda-core is not installed (pip install 'abicache[cuda-core]')"
     if tool == "cuda12":  # CUDA 12's runtime headers, from PyPI's nvidia-cuda-runtime-cu12
         found = importlib.util.find_spec("nvidia.cuda_runtime")
         return None if found else "CUDA 12's headers are not installed (pip install nvidia-cuda-runtime-cu12)"

@@ -102,7 +102,7 @@ def _size(vdir: Path, m: Manifest) -> int:
 INTERNAL_KINDS = ("cc.object", "torch.pch")
 FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
                   "torch.compile", "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton",
-                  "triton.file", "tvm_ffi.module")
+                  "triton.file", "tvm_ffi.module", "cuda_core.program")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
