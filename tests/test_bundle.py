@@ -173,3 +173,17 @@ def test_without_a_compiler_a_missing_variant_is_named_with_what_it_needs(built:
     assert done.returncode == 1
     assert "No prebuilt cc.module 'twice' fits this environment" in done.stderr, done.stderr[-2000:]
     assert f"{out}: variant " in done.stderr and "needs python.abi == cp3" in done.stderr
+
+
+def test_bundle_check_says_which_variant_loads_in_each_target_environment(
+        built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    abi = Cache(built).facts.get("python.abi")
+    assert main(["bundle", "--check", "--json", "--root", str(built), "--env", f"python.abi={abi}",
+                 "--env", "python.abi=cp399,platform.machine=riscv64", "adder", "twice"]) == 1
+    verdicts = {(v["environment"], v["name"]): v for v in json.loads(capsys.readouterr().out)}
+    assert verdicts[(f"python.abi={abi}", "twice")]["variant"] and verdicts[(f"python.abi={abi}", "adder")]["variant"]
+    odd = verdicts[("python.abi=cp399,platform.machine=riscv64", "twice")]
+    assert odd["variant"] is None and "python.abi == " in odd["needs"] and "platform.machine" in odd["needs"]
+    assert main(["bundle", "--check", "--root", str(built), "adder"]) == 0  # here: it loads
+    assert "loads variant" in capsys.readouterr().out
+    assert main(["bundle", "--root", str(built), "adder"]) == 2  # neither --out nor --check

@@ -15,7 +15,9 @@ a variant), then bundles every variant of the named entries into
     inside say which Python each needs, and the lookup picks.
 
 Every entry is verified in full (sha256 of each file) before it is copied: a
-damaged entry stops the bundle, naming it.
+damaged entry stops the bundle, naming it. `--check` writes nothing: for each
+target environment (facts given, the rest this machine's) it says which
+variant of each entry a lookup there would load, or what every variant lacks.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ import re
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .errors import AbicacheError, ManifestError, UsageError
 from .store import Manifest, Store
 from .store.layout import name_digest
-from .store.manifest import FILENAME
+from .store.manifest import FILENAME, preference
 
 #: the folder of a bundle wheel's package that holds the store
 STORE_FOLDER = "store"
@@ -185,3 +187,31 @@ def _zip(staging: Path, meta: dict[str, str], record_name: str, wheel: Path) -> 
 def _record_row(name: str, data: bytes) -> tuple[str, str, str]:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return name, f"sha256={digest}", str(len(data))
+
+
+class Verdict(NamedTuple):
+    environment: str  # as given: "python.abi=cp312,gpu.arch=sm_90", or "here"
+    kind: str
+    name: str
+    variant: str | None  # the variant a lookup there picks; None: it builds
+    needs: str  # what the nearest variant needs that the environment lacks ('' when one loads)
+
+
+def check(chosen: Sequence[tuple[Path, Manifest]], environments: Sequence[tuple[str, Any]]) -> list[Verdict]:
+    """For each environment (a label and its Facts) and each (kind, name): the variant that loads
+    there (the most specific whose requirements hold, as a lookup picks), or what is missing."""
+    groups: dict[tuple[str, str], list[Manifest]] = {}
+    for _, manifest in chosen:
+        groups.setdefault((manifest.kind, manifest.name), []).append(manifest)
+    verdicts = []
+    for label, facts in environments:
+        for (kind, name), manifests in sorted(groups.items()):
+            fitting = sorted((m for m in manifests if m.requirements.satisfied_by(facts)), key=preference,
+                             reverse=True)
+            if fitting:
+                verdicts.append(Verdict(label, kind, name, fitting[0].variant, ""))
+                continue
+            nearest = min(manifests, key=lambda m: len(m.requirements.unmet(facts)))
+            verdicts.append(Verdict(label, kind, name, None,
+                                    "; ".join(str(u) for u in nearest.requirements.unmet(facts))))
+    return verdicts

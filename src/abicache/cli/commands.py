@@ -228,6 +228,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     cache = _cache(args)
     chosen = bundle.select(cache.store, args.names, args.kind, args.sources)
+    if args.check:
+        return _bundle_check(chosen, args)
+    if args.out is None:
+        raise UsageError("abicache bundle: say where with --out DIR (or ask --check)")
     if args.wheel:
         args.out.mkdir(parents=True, exist_ok=True)
         made = bundle.write_wheel(chosen, args.wheel, args.out)
@@ -243,6 +247,23 @@ def cmd_bundle(args: argparse.Namespace) -> int:
                + (f" (platform {made.tag}; pip install it, and abicache finds them)" if made.tag else
                   f" (ABICACHE_READ_STORES={made.out}, or ship it in a package: abicache bundle --wheel)"))
     return 0
+
+
+def _bundle_check(chosen: list[Any], args: argparse.Namespace) -> int:
+    """Which variant loads in each target environment; exit 1 where one would build."""
+    from .. import bundle
+    from .audit_cmds import assumed_facts
+
+    environments = [(text, assumed_facts([f for f in text.split(",") if f.strip()])) for text in args.env] \
+        or [("here", assumed_facts([]))]
+    verdicts = bundle.check(chosen, environments)
+    if args.json:
+        render.emit_json([v._asdict() for v in verdicts])
+    else:
+        render.table("what a lookup would find", ["environment", "kind", "name", "verdict"],
+                     [(v.environment, v.kind, v.name, f"loads variant {v.variant}" if v.variant else
+                       f"builds (no compiler: fails): needs {v.needs}") for v in verdicts])
+    return 0 if all(v.variant for v in verdicts) else 1
 
 
 def cmd_gc(args: argparse.Namespace) -> int:

@@ -87,13 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="copy every variant of the named entries into a read-only store folder or a wheel "
                             "that registers it (ship prebuilt kernels)",
                        epilog="examples: abicache bundle --out dist/store mylib; "
-                              "abicache bundle --wheel mylib-kernels==1.0 --out dist mylib mylib_ops")
+                              "abicache bundle --wheel mylib-kernels==1.0 --out dist mylib mylib_ops; "
+                              "abicache bundle --check --env python.abi=cp312 --env gpu.arch=sm_80 mylib")
     p.add_argument("names", nargs="+", metavar="NAME", help="entry names (every kind, variant and key of each)")
-    p.add_argument("--out", required=True, type=Path, help="the store folder to make, or (--wheel) where the wheel goes")
+    p.add_argument("--out", type=Path, help="the store folder to make, or (--wheel) where the wheel goes")
     p.add_argument("--wheel", metavar="DIST==VERSION", help="write a wheel of this name and version instead")
     p.add_argument("--kind", help="only entries of this kind")
     p.add_argument("--from", dest="sources", action="append", type=Path, default=[], metavar="STORE",
                    help="also take entries from this store folder (another job's bundle); repeatable")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing: say which variant would load in each --env (default: here), or what is missing")
+    p.add_argument("--env", action="append", default=[], metavar="FACT=VALUE,...",
+                   help="a target environment for --check: facts that differ from this machine's; repeatable")
     p = sub.add_parser("stub", parents=[common], help="generate a lazy-loading CUDA stub library")
     p.add_argument("library", choices=["cudart", "nvrtc", "cuda"])
     p.add_argument("--functions", required=True, help="comma-separated API functions")
