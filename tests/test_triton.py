@@ -268,11 +268,14 @@ def older_triton(request: pytest.FixtureRequest) -> str:
     version = request.param
     venv = VENVS / f"py{sys.version_info[0]}{sys.version_info[1]}-triton{version.replace('.', '')[:2]}"
     python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import triton, sys; sys.exit(triton.__version__ != sys.argv[1])", version]
+    # importing triton.compiler loads every backend: 3.2's AMD one imports setuptools, which
+    # Python 3.12's venvs no longer carry, so the probe imports that far and setuptools comes along
+    probe = [str(python), "-c", "import triton.compiler, sys; sys.exit(triton.__version__ != sys.argv[1])", version]
     if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
         shutil.rmtree(venv, ignore_errors=True)
         made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e", str(ROOT)],
+        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "setuptools",
+                                    "-e", str(ROOT)],
                                    capture_output=True, text=True, timeout=1200) if made.returncode == 0 else made
         if installed.returncode != 0:
             pytest.skip(f"cannot make a venv with triton {version}: {installed.stderr[-400:]}")

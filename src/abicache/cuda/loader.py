@@ -72,8 +72,23 @@ def load_library(name: str, *, major: int | None = None) -> LoadedLibrary:
                             lambda handle: _major_of(name, handle))
     if loaded is None:
         raise CudaLibraryNotFound(name, majors, attempts)
+    if name == "nvrtc":
+        _load_builtins_beside(loaded.path, loaded.major)
     _pinned[name] = loaded
     return loaded
+
+
+def _load_builtins_beside(path: str, major: int) -> None:
+    """NVRTC opens libnvrtc-builtins by its soname when it compiles. The CUDA 13.0 wheel's
+    libnvrtc (the one torch pins) has no $ORIGIN run path, so that open fails even with the
+    file beside it; loaded here first, the dynamic loader finds it by that soname."""
+    for builtins in sorted(Path(path).parent.glob(f"libnvrtc-builtins.so.{major}*")):
+        if ".alt." not in builtins.name:
+            try:
+                ctypes.CDLL(str(builtins), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+            except OSError:
+                continue  # NVRTC says so at the first compile, with its own message
+            return
 
 
 def locate(name: str, major: int | None = None) -> tuple[int, str] | None:
