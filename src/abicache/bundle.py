@@ -82,6 +82,30 @@ def select(store: Store, names: Sequence[str], kind: str | None = None,
     return list(chosen.values())
 
 
+def fetch_named(remote: str, store: Store, names: Sequence[str], kind: str | None = None) -> int:
+    """Every variant of the named entries the remote holds (whatever machine each loads on),
+    verified into the local store as a pull verifies it: a CI matrix's jobs push, and the last
+    one bundles from the remote. How many were fetched."""
+    from . import replicate
+    from .remote import RemoteSettings, tier_for
+
+    settings = RemoteSettings.from_env(remote)
+    assert settings is not None
+    tier = tier_for(settings)
+    listed = tier.call(lambda b: sorted(b.entries())) or []
+    if tier.down:
+        raise AbicacheError(f"bundle --remote {tier.name}: {tier.down}")
+    fetched = 0
+    for entry_kind, key in listed:
+        if kind not in (None, entry_kind):
+            continue
+        for manifest in replicate.candidates(tier, store, entry_kind, key, lambda m: m.name in names):
+            if store.layout.variant_dir(manifest.kind, manifest.key, manifest.variant).is_dir():
+                continue  # here already (verified by select, as every entry)
+            fetched += replicate.download(tier, store, manifest) is not None
+    return fetched
+
+
 def _damage(store: Store, vdir: Path, manifest: Manifest) -> str | None:
     found = store.check(vdir, manifest, full=True)
     return None if found is None else found[0]

@@ -23,8 +23,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_LOCK_TIMEOUT": ("900", "seconds to wait for another process building the same key"),
     "ABICACHE_EXPLAIN": ("0", "1: log why every miss missed"),
     "ABICACHE_PROGRESS": ("auto", "1/0: force build progress lines on stderr on/off"),
-    "ABICACHE_REMOTE": ("", "shared remote store: s3://BUCKET/PREFIX?endpoint=URL&region=R "
-                        "or redis://HOST:PORT/DB (empty: none)"),
+    "ABICACHE_REMOTE": ("", "shared remote store: s3://BUCKET/PREFIX?endpoint=URL&region=R, "
+                        "redis://HOST:PORT/DB, file:///FOLDER, or https://HOST/PATH (a folder served by a web "
+                        "server: read-only) (empty: none)"),
     "ABICACHE_REMOTE_MODE": ("read-write", "read: fetch from the remote, never upload "
                              "(machines the fleet should not trust)"),
     "ABICACHE_REMOTE_TIMEOUT": ("2", "seconds a remote request may wait to connect or for an "

@@ -227,6 +227,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from .. import bundle
 
     cache = _cache(args)
+    if args.bundle_remote:
+        cache.store.ensure(writing=True)
+        bundle.fetch_named(args.bundle_remote, cache.store, args.names, args.kind)
     chosen = bundle.select(cache.store, args.names, args.kind, args.sources)
     if args.check:
         return _bundle_check(chosen, args)

@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", help="only entries of this kind")
     p.add_argument("--from", dest="sources", action="append", type=Path, default=[], metavar="STORE",
                    help="also take entries from this store folder (another job's bundle); repeatable")
+    p.add_argument("--remote", metavar="URL", dest="bundle_remote",
+                   help="first fetch every variant of the named entries from this remote (s3://, redis://, file://)")
     p.add_argument("--check", action="store_true",
                    help="write nothing: say which variant would load in each --env (default: here), or what is missing")
     p.add_argument("--env", action="append", default=[], metavar="FACT=VALUE,...",

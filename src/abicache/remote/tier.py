@@ -58,13 +58,14 @@ class RemoteSettings:
         mode = config.text("ABICACHE_REMOTE_MODE")
         if mode not in MODES:
             raise ConfigError(f"ABICACHE_REMOTE_MODE={mode!r}; use 'read-write' or 'read'")
+        url = urlmod.parse(text)
         return cls(
-            url=urlmod.parse(text),
-            mode=mode,
+            url=url,
+            mode="read" if url.scheme in urlmod.READ_ONLY else mode,
             timeout=config.seconds("ABICACHE_REMOTE_TIMEOUT") or 0.1,
             signing_key=keymod.signing_key_from_env(),
             trusted=keymod.trusted_from_env(),
-            lease=config.seconds("ABICACHE_REMOTE_LEASE"),
+            lease=0.0 if url.scheme in urlmod.STATIC else config.seconds("ABICACHE_REMOTE_LEASE"),
             stuck=config.seconds("ABICACHE_LEASE_STUCK"),
             wait=config.seconds("ABICACHE_LEASE_WAIT"),
             retry_failed=config.flag("ABICACHE_RETRY_FAILED"),
@@ -186,6 +187,14 @@ def _open(settings: RemoteSettings) -> Backend:
             from .s3 import S3Backend
 
             return S3Backend(settings.url, settings.timeout)
+        if settings.url.scheme == "file":
+            from .folder import FolderBackend
+
+            return FolderBackend(settings.url, settings.timeout)
+        if settings.url.scheme in ("http", "https"):
+            from .http import HttpBackend
+
+            return HttpBackend(settings.url, settings.timeout)
         from .redis_kv import RedisBackend
 
         return RedisBackend(settings.url, settings.timeout)

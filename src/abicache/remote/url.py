@@ -1,6 +1,8 @@
 """Remote store URLs: s3://BUCKET/PREFIX?endpoint=...&region=... and
 redis://[USER:PASSWORD@]HOST:PORT/DB?prefix=P, or rediss://... (TLS; ca=FILE
-names the CA bundle that signed the server's certificate, else the system's).
+names the CA bundle that signed the server's certificate, else the system's);
+file:///FOLDER (a folder: a shared mount, or what a web server serves) and
+http(s)://HOST/PATH (such a folder served by any static server: read-only).
 
 Parsing is pure and fast; nothing here imports a client library.
 """
@@ -18,7 +20,14 @@ OPTIONS: dict[str, frozenset[str]] = {
     "s3": frozenset({"endpoint", "region"}),
     "redis": frozenset({"prefix"}),
     "rediss": frozenset({"prefix", "ca"}),
+    "file": frozenset(),
+    "http": frozenset(),
+    "https": frozenset({"ca"}),
 }
+#: remotes that are places to publish or read, not a fleet's meeting point: no build leases
+STATIC = frozenset({"file", "http", "https"})
+#: remotes that can only be read
+READ_ONLY = frozenset({"http", "https"})
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _PREFIX = re.compile(r"^[A-Za-z0-9._/-]*$")
 
@@ -53,7 +62,8 @@ def parse(text: str) -> RemoteURL:
     if scheme not in OPTIONS:
         raise ConfigError(
             f"remote {text!r}: unknown scheme {parts.scheme!r}; use "
-            "s3://BUCKET/PREFIX?endpoint=URL&region=R or redis://HOST:PORT/DB"
+            "s3://BUCKET/PREFIX?endpoint=URL&region=R, redis://HOST:PORT/DB, file:///FOLDER "
+            "or https://HOST/PATH (read-only)"
         )
     options = tuple(parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted({k for k, _ in options} - OPTIONS[scheme])
@@ -65,6 +75,14 @@ def parse(text: str) -> RemoteURL:
     path = parts.path.strip("/")
     if scheme == "s3":
         _check_s3(text, parts.netloc, path)
+        location = parts.netloc
+    elif scheme == "file":
+        if parts.netloc not in ("", "localhost") or not path:
+            raise ConfigError(f"remote {text!r}: write a folder as file:///absolute/path")
+        location = ""
+    elif scheme in ("http", "https"):
+        if not parts.hostname:
+            raise ConfigError(f"remote {text!r}: write it as {scheme}://HOST[:PORT]/PATH")
         location = parts.netloc
     else:
         location = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
