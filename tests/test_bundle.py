@@ -187,3 +187,27 @@ def test_bundle_check_says_which_variant_loads_in_each_target_environment(
     assert main(["bundle", "--check", "--root", str(built), "adder"]) == 0  # here: it loads
     assert "loads variant" in capsys.readouterr().out
     assert main(["bundle", "--root", str(built), "adder"]) == 2  # neither --out nor --check
+
+
+def test_a_signed_bundle_loads_where_signatures_are_required_and_an_unsigned_one_does_not(
+        built: Path, tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from abicache.remote import keys
+
+    key = tmp_path / "release.pem"
+    keys.write_pair(key)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for name, extra in (("signed", {"ABICACHE_SIGNING_KEY": str(key)}), ("unsigned", {})):
+        done = subprocess.run([sys.executable, "-m", "abicache", "bundle", "--out", str(tmp_path / name),
+                               "--root", str(built), "adder", "twice"], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=120)
+        assert done.returncode == 0, done.stderr
+    trusted = {"ABICACHE_TRUSTED_KEYS": f"{key}.pub"}
+    signed = subprocess.run([sys.executable, "-c", USE, str(tmp_path / "fresh")], capture_output=True, text=True,
+                            env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(tmp_path / "signed"), **trusted),
+                            timeout=120)
+    assert signed.returncode == 0 and json.loads(signed.stdout)["origins"] == ["tier", "tier"], signed.stderr
+    unsigned = subprocess.run([sys.executable, "-c", USE, str(tmp_path / "fresh2")], capture_output=True,
+                              text=True, timeout=120,
+                              env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(tmp_path / "unsigned"), **trusted))
+    assert unsigned.returncode != 0 and "unsigned" in unsigned.stderr, unsigned.stderr[-2000:]

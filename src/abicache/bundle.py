@@ -8,7 +8,9 @@ a variant), then bundles every variant of the named entries into
     name index (tiers.py finds entries by what was asked for through it); or
   * a wheel holding that folder in a package of its own, which registers it
     through the `abicache.stores` entry point: `pip install` it, and abicache
-    finds its entries (tiers.py) with no setting. Its platform tag comes from
+    finds its entries (tiers.py) with no setting.
+With ABICACHE_SIGNING_KEY set, every manifest is signed by it (readers with
+ABICACHE_TRUSTED_KEYS accept only those, tiers.py). Its platform tag comes from
     the entries' requirements: the highest `platform.glibc` floor and the one
     `platform.machine` (manylinux_2_28_x86_64), or `any` for entries that need
     neither (cubins, PTX). Python and ABI tags are py3 and none: the variants
@@ -111,8 +113,9 @@ def _damage(store: Store, vdir: Path, manifest: Manifest) -> str | None:
     return None if found is None else found[0]
 
 
-def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path) -> None:
-    """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555."""
+def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any = None) -> None:
+    """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555;
+    with a signer (remote/keys.py), each manifest signed by it, else copied byte for byte."""
     if out.exists():
         raise UsageError(f"{out} already exists: bundle into a new folder")
     top = out / "v1"
@@ -124,7 +127,10 @@ def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path) -> None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             shutil.copyfile(vdir / record.path, path)
             path.chmod(record.mode)
-        shutil.copyfile(vdir / FILENAME, target / FILENAME)
+        if signer is None:
+            shutil.copyfile(vdir / FILENAME, target / FILENAME)
+        else:
+            (target / FILENAME).write_bytes(signer.sign(manifest).dumps())
         (target / FILENAME).chmod(0o444)
         digest = name_digest(manifest.name)
         marker = top / "index" / manifest.kind / digest[:2] / f"{digest}.{manifest.key}"
@@ -154,7 +160,16 @@ def platform_tag(entries: Iterable[Manifest]) -> str:
     return f"manylinux_{major}_{minor}_{machine}"
 
 
-def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path) -> Bundled:
+def signer_from_env() -> Any:
+    """The signer of ABICACHE_SIGNING_KEY, or None: bundles are signed as uploads are."""
+    from .remote import keys
+
+    path = keys.signing_key_from_env()
+    return None if path is None else keys.load_signer(path)
+
+
+def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path,
+                signer: Any = None) -> Bundled:
     """A wheel DIST-VERSION-py3-none-TAG.whl in out_dir whose package holds the store."""
     match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!-]*)\s*", requirement)
     if match is None:
@@ -164,7 +179,7 @@ def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_d
     staging = out_dir / f".{dist}-{os.getpid()}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        write_store(chosen, staging / dist / STORE_FOLDER)
+        write_store(chosen, staging / dist / STORE_FOLDER, signer)
         (staging / dist / "__init__.py").write_text(
             f'"""Prebuilt entries for abicache (abicache bundle): found through the abicache.stores entry point."""\n'
             f"from pathlib import Path\n\nSTORE = str(Path(__file__).resolve().parent / {STORE_FOLDER!r})\n")

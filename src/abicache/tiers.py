@@ -27,7 +27,9 @@ What a tier may serve, and how it is checked:
     symbolic link is never followed;
   * integrity: stamps cannot be written there, so every file is hashed in full
     once per process (a changed byte never runs), then remembered by its
-    (inode, size, mtime, ctime).
+    (inode, size, mtime, ctime); with ABICACHE_TRUSTED_KEYS set, a manifest
+    must be signed by one of them (`abicache bundle` signs with
+    ABICACHE_SIGNING_KEY), as on the remote tier.
 An entry that fails a check is skipped with a warning (it cannot be moved
 aside: the tier is not ours to write), and the lookup goes on.
 """
@@ -82,12 +84,17 @@ class Tier:
 
     def _manifest(self, vdir: Path) -> Manifest | None:
         try:
-            return self.store.read_manifest(vdir)
+            manifest = self.store.read_manifest(vdir)
         except FileNotFoundError:
             return None
         except (OSError, ManifestError) as exc:
             _warn(f"abicache: skipped {vdir} of the read-only store {self.root}: {exc}")
             return None
+        problem = _unsigned(manifest)
+        if problem is not None:
+            _warn(f"abicache: refused {vdir} of the read-only store {self.root}: {problem}")
+            return None
+        return manifest
 
     def intact(self, vdir: Path, manifest: Manifest) -> bool:
         """Trusted folders and files, each hashing to the manifest's sha256 (once per process)."""
@@ -131,6 +138,16 @@ class Tier:
             if os.fspath(folder) == top or folder.parent == folder:
                 return None
             folder = folder.parent
+
+
+def _unsigned(manifest: Manifest) -> str | None:
+    """Where ABICACHE_TRUSTED_KEYS is set, why this manifest is not signed by one of them."""
+    text = config.text("ABICACHE_TRUSTED_KEYS")
+    if not text:
+        return None
+    from .remote import keys
+
+    return keys.check(manifest, keys.parse_trusted(text))
 
 
 def _project_files_hold(manifest: Manifest, bases: Mapping[str, str]) -> bool:

@@ -235,11 +235,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         return _bundle_check(chosen, args)
     if args.out is None:
         raise UsageError("abicache bundle: say where with --out DIR (or ask --check)")
+    signer = bundle.signer_from_env()
     if args.wheel:
         args.out.mkdir(parents=True, exist_ok=True)
-        made = bundle.write_wheel(chosen, args.wheel, args.out)
+        made = bundle.write_wheel(chosen, args.wheel, args.out, signer)
     else:
-        bundle.write_store(chosen, args.out)
+        bundle.write_store(chosen, args.out, signer)
         made = bundle.Bundled(args.out, tuple(m for _, m in chosen))
     if args.json:
         render.emit_json({"out": str(made.out), "tag": made.tag, "entries": [
