@@ -102,7 +102,43 @@ def check_compile_and_launch(ctx: Context) -> list[dict]:
         gpu_driver.unload(answer.module)
         rows.append(row("1 compile+launch", case, "pass" if error == 0 else "FAIL",
                         f"{built}; loaded from the store, launched on {ctx.device_arch}: max |x*3 - numpy| = {error}"))
-    return rows + _arch_model_vs_driver(ctx)
+    return rows + [_cuda_core(ctx)] + _arch_model_vs_driver(ctx)
+
+
+def _cuda_core(ctx: Context) -> dict:
+    """cuda.core's Program.compile(cache=abicache's ProgramCache): compiled once, a hit the second
+    time, and the bytes the store holds loaded and launched."""
+    case = "cuda.core cache= cubin"
+    try:
+        from cuda.core import Program, ProgramOptions
+        from cuda.core.utils import make_program_cache_key
+
+        from abicache.cuda.program_cache import ProgramCache
+    except ImportError as exc:
+        return row("1 compile+launch", case, "skip", f"cuda-core is not installed ({exc})")
+    missing = _nvrtc_ok()
+    if missing:
+        return row("1 compile+launch", case, "skip", missing)
+    cache = ProgramCache(ctx.cache, target={"gpu.arch": ctx.arch})
+    options = ProgramOptions(arch=ctx.arch)
+    first = Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+    again = Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+    key = make_program_cache_key(code=KERNEL, code_type="c++", options=options, target_type="cubin")
+    stored = cache.get(key)
+    code = again.code if isinstance(again.code, bytes) else Path(again.code).read_bytes()
+    if stored is None or stored != code or len(cache) < 1:
+        return row("1 compile+launch", case, "FAIL", f"the store holds {len(cache)} programs; the second compile "
+                   f"{'matched' if stored == code else 'did not match'} them (first: {type(first.code).__name__})")
+    built = f"{ctx.arch} compiled once, then a hit from the store ({len(stored)} bytes)"
+    if ctx.no_gpu:
+        return row("1 compile+launch", case, "skip", f"{built}; launch needs a GPU: {ctx.no_gpu}")
+    answer = gpu_driver.load(stored)
+    if not answer.ok:
+        return row("1 compile+launch", case, "FAIL", f"{built}; the driver refused it: {answer.code}")
+    error = gpu_driver.launch_scale(answer.module)
+    gpu_driver.unload(answer.module)
+    return row("1 compile+launch", case, "pass" if error == 0 else "FAIL",
+               f"{built}; launched on {ctx.device_arch}: max |x*3 - numpy| = {error}")
 
 
 # Targets the requirement model must judge as the driver does, on whatever GPU is present.
