@@ -119,3 +119,18 @@ def test_an_http_remote_is_read_only_and_its_url_is_checked(tmp_path: Path) -> N
     for bad in ("file://relative/x", "file://", "http:///nohost"):
         with pytest.raises(ConfigError):
             RemoteSettings.from_env(bad)
+
+
+def test_a_user_without_a_compiler_finds_the_entry_by_what_was_asked_for(published: tuple[Path, Path],
+                                                                         tmp_path: Path) -> None:
+    """The key holds the publisher's compiler; a user with none is served by the name index
+    (v1/names/<kind>/<digest>.keys), with the requirements and the signature deciding."""
+    www, public = published
+    assert list(www.glob("abicache/v1/names/cc.library/*.keys"))
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    os.symlink(sys.executable, bare / "python3")
+    with static_server(str(www), "python") as (base, _):
+        got = _run({"ABICACHE_DIR": str(tmp_path / "fresh"), "ABICACHE_REMOTE": f"{base}/abicache",
+                    "ABICACHE_TRUSTED_KEYS": str(public), "PATH": str(bare), "CC": "", "CXX": ""})
+    assert got["origin"] == "remote" and got["value"] == 42, got

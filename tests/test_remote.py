@@ -865,3 +865,31 @@ def test_a_blob_two_entries_share_is_freed_with_the_last() -> None:
     todo = prune.plan(inv, now=10.0, max_size=1100)
     assert [v.key for v, _ in todo.delete] == ["old"]  # 1200 -> 1100: "shared" still named by "new"
     assert sorted(todo.mark) == ["a"]
+
+
+def test_a_machine_without_the_compiler_or_reading_only_finds_what_was_asked_for(
+        tmp_path: Path, remote: tuple[str, Raw], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key holds the compiler's identity. A fleet machine with another compiler builds its
+    own (as its local store would); one without a compiler, or one that only reads the remote
+    (prebuilt entries shipped through it), gets the entry of what was asked for, by the
+    remote's name index, whatever compiler built it."""
+    from abicache.env import Facts
+
+    url, _ = remote
+    inputs = {"tools": ["compiler.cxx"], "flags": ["-O2"], "sources": {"k.cpp": "int k;"}}
+
+    def cache(folder: str, compiler: str | None) -> Cache:
+        return Cache(tmp_path / folder, remote=url, facts=Facts().with_overrides({"compiler.cxx": compiler}))
+
+    made = cache("builder", "g++ 12.2 x86_64-linux-gnu").get_or_build("t", "k", inputs, writer({"f": b"12"}))
+    assert made.origin == "built"
+    other = cache("fleet", "g++ 13.1 x86_64-linux-gnu").get_or_build("t", "k", inputs, writer({"f": b"13"}))
+    assert other.origin == "built" and other.file("f").read_bytes() == b"13"
+    bare = cache("bare", None).get_or_build("t", "k", inputs, writer({"f": b"never"}))
+    assert bare.origin == "remote" and bare.file("f").read_bytes() in (b"12", b"13")
+    changed = {**inputs, "flags": ["-O3"]}
+    with pytest.raises(AssertionError, match="built"):  # other flags: not what was asked for
+        cache("bare2", None).get_or_build("t", "k", changed, lambda out: (_ for _ in ()).throw(AssertionError("built")))
+    monkeypatch.setenv("ABICACHE_REMOTE_MODE", "read")
+    reader = cache("reader", "clang 18").get_or_build("t", "k", inputs, writer({"f": b"never"}))
+    assert reader.origin == "remote"

@@ -193,7 +193,8 @@ class Cache:
         key, described = self.key_for(kind, name, _as_inputs(inputs))
         bases = {"cwd": os.getcwd(), **(bases or {})}  # the base every build has (engine/tree.py)
         found = (self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
-                 or self._from_tiers(kind, name, key, described, bases) or self._fetch(kind, key, bases))
+                 or self._from_tiers(kind, name, key, described, bases)
+                 or self._fetch(kind, key, bases, None, name, described))
         other = self._fallback(fallback.unwritable(self.store.root)) if found is None else None
         return found if other is None else other.lookup(kind, name, inputs, verify=verify, bases=bases)
 
@@ -293,9 +294,12 @@ class Cache:
         """Whether an entry's requirements hold in this cache's environment."""
         return self._checked(manifest.requirements).satisfied_by(self.facts)
 
-    def _fetch(self, kind: str, key: str, bases: Mapping[str, str] = {}, lookups: Any = None) -> Artifact | None:
+    def _fetch(self, kind: str, key: str, bases: Mapping[str, str] = {}, lookups: Any = None,
+               name: str | None = None, described: Mapping[str, Any] | None = None) -> Artifact | None:
         """The remote's entry for this key, verified into the local store (lookups: what the
-        earlier lookups of this miss read, replicate.Lookups)."""
+        earlier lookups of this miss read, replicate.Lookups). With name and described: where
+        no tool of the key is here, or the remote is only read (a channel prebuilt entries are
+        shipped through), else the entry of what was asked for, as a read-only store's (tiers.py)."""
         if self.remote is None or self.remote.down:
             return None
         from . import replicate
@@ -305,6 +309,11 @@ class Cache:
                                                                     manifest.env, manifest.system)[0] is None
 
         got = replicate.fetch(self.remote, self.store, kind, key, current, lookups)
+        if got is None and name is not None and described is not None and (
+                asked.tools_absent(described) or self.remote.settings.mode == "read"):
+            want = asked.asked(described)
+            got = replicate.fetch_asked(self.remote, self.store, kind, name, key, lambda m: self.usable(m) and (
+                asked.asked(m.inputs) == want and tiers.project_files_hold(m, bases)), lookups)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:
@@ -438,7 +447,7 @@ class Cache:
             self._log_miss(kind, name, described, key, bases)
             lookups = self._lookups()
             local = lambda: self._find(kind, key, verify, bases)  # noqa: E731
-            here = lambda: local() or self._fetch(kind, key, bases, lookups)  # noqa: E731
+            here = lambda: local() or self._fetch(kind, key, bases, lookups, name, described)  # noqa: E731
             found = self._miss(kind, name, key, local, here,
                                lambda: self._build(kind, name, key, described, build, declared))
         return found

@@ -27,6 +27,7 @@ from .errors import ManifestError, RefusedError
 from .remote import Tier
 from .store import Store, blobs
 from .store import manifest as mf
+from .store.layout import name_digest
 from .store.manifest import FileRecord, Manifest
 
 #: log/<this>.jsonl records every refusal (abicache stats, abicache remote)
@@ -262,6 +263,7 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
     if created:
         tier.stats["uploaded"] += 1
         _still_there(tier, folder, reused)
+        _name(tier, manifest)
         return Published("uploaded")
     tier.stats["lost_races"] += 1
     raw = tier.call(lambda b: b.read_manifest(manifest.kind, manifest.key, manifest.variant, mf.MAX_BYTES))
@@ -271,6 +273,28 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
         refuse(tier, store, str(exc))
         return Published("failed")
     return Published("exists", winner)
+
+
+def _name(tier: Tier, manifest: Manifest) -> None:
+    """Record the key under its name, for lookups by what was asked for (fetch_asked)."""
+    tier.call(lambda b: b.put_name(manifest.kind, name_digest(manifest.name), manifest.key))
+
+
+#: keys of one name a lookup by what was asked for looks at
+ASKED_KEYS = 16
+
+
+def fetch_asked(tier: Tier, store: Store, kind: str, name: str, key: str, wanted: Callable[[Manifest], bool],
+                lookups: Lookups | None = None) -> Fetched | None:
+    """The remote's entry of this name that is wanted (what was asked for, asked.py), under
+    any key but `key` (already looked at): the remote's name index gives the keys."""
+    keys = tier.call(lambda b: b.keys_named(kind, name_digest(name), ASKED_KEYS)) or []
+    for other in keys:
+        if other != key and not tier.down:
+            got = fetch(tier, store, kind, other, wanted, lookups)
+            if got is not None:
+                return got
+    return None
 
 
 def _put_blob(tier: Tier, path: Path, record: FileRecord) -> bool | None:

@@ -78,7 +78,7 @@ class Tier:
                 found.append((vdir, manifest))
         found.sort(key=lambda vm: preference(vm[1]), reverse=True)
         for vdir, manifest in found:
-            if _project_files_hold(manifest, bases) and self.intact(vdir, manifest):
+            if project_files_hold(manifest, bases) and self.intact(vdir, manifest):
                 return vdir, manifest
         return None
 
@@ -150,7 +150,7 @@ def _unsigned(manifest: Manifest) -> str | None:
     return keys.check(manifest, keys.parse_trusted(text))
 
 
-def _project_files_hold(manifest: Manifest, bases: Mapping[str, str]) -> bool:
+def project_files_hold(manifest: Manifest, bases: Mapping[str, str]) -> bool:
     """The recorded files under the project's folders hold their bytes here, and the paths
     looked for there are still missing; files outside them were the builder's machine's."""
     project = [d for d in manifest.deps if d.base != "abs"]

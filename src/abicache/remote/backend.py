@@ -10,6 +10,7 @@ Layout (both engines):
     gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
     leases      v1/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
     failures    v1/failures/<kind>/<key>               a build that just failed, and its output (remote/lease.py)
+    names       v1/names/<kind>/<name digest>/<key>    keys built under a name (lookups by what was asked for)
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ class Backend(Protocol):
     def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
         """Write (or replace) the record; an engine that can expire keys drops it after ttl."""
 
+    def put_name(self, kind: str, digest: str, key: str) -> None:
+        """Record that key was built under the name whose digest this is (names_prefix)."""
+
+    def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        """Up to limit keys recorded under that name (lookups by what was asked for)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -119,6 +127,11 @@ def blob_name(sha256: str) -> str:
 
 def entry_prefix(kind: str, key: str) -> str:
     return f"v1/entries/{kind}/{key}/"
+
+
+def names_prefix(kind: str, digest: str) -> str:
+    """Where the keys built under one name are recorded: an empty object per key."""
+    return f"v1/names/{kind}/{digest}/"
 
 
 def lease_name(kind: str, key: str) -> str:

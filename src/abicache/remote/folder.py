@@ -2,7 +2,8 @@
 
 The layout is the S3 layout (backend.py), plus one small index per key,
 v1/entries/<kind>/<key>.variants (a line "<variant> <size> <written>" per
-manifest, rewritten after each publish), so that a static file server can
+manifest, rewritten after each publish), and one per name,
+v1/names/<kind>/<digest>.keys (a key a line), so that a static file server can
 serve the folder to readers that cannot list it (remote/http.py: any web
 server, CDN or bucket's public URL). `abicache push --remote file:///srv/www/abicache`
 publishes; readers set ABICACHE_REMOTE=https://host/abicache.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Listed, Sink, Tag, blob_name, entry_prefix
+from .backend import CHUNK, Advance, Listed, Sink, Tag, blob_name, entry_prefix, names_prefix
 from .url import RemoteURL
 
 #: the per-key index a static server serves in place of a listing
@@ -33,6 +34,11 @@ INDEX_BYTES = 256 << 10
 
 def index_name(kind: str, key: str) -> str:
     return entry_prefix(kind, key).rstrip("/") + INDEX_SUFFIX
+
+
+def names_index(kind: str, digest: str) -> str:
+    """The keys of one name, a line each, for readers that cannot list (http.py)."""
+    return names_prefix(kind, digest).rstrip("/") + ".keys"
 
 
 def parse_index(data: bytes, limit: int) -> list[Listed]:
@@ -119,6 +125,20 @@ class FolderBackend:
             os.fsync(out.fileno())
         os.chmod(temp, 0o644)  # a web server reads it as another user
         return temp
+
+    def put_name(self, kind: str, digest: str, key: str) -> None:
+        folder = self._p(names_prefix(kind, digest))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / key).touch()
+            listed = "".join(f"{k}\n" for k in self.keys_named(kind, digest, 4096))
+            final = self._p(names_index(kind, digest))
+            os.replace(self._temp(final, listed.encode()), final)
+        except OSError as exc:
+            raise self._fail(f"recording {kind} name {digest[:12]}", exc) from None
+
+    def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        return [k for k in _names(self._p(names_prefix(kind, digest)), files=True) if len(k) == 64][:limit]
 
     def has_blob(self, sha256: str) -> bool:
         return self._p(blob_name(sha256)).is_file()

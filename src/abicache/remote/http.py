@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from ..errors import RemoteError
 from .backend import CHUNK, MIN_RATE, Listed, Sink, Tag, blob_name, entry_prefix, first_line
-from .folder import INDEX_BYTES, index_name, parse_index
+from .folder import INDEX_BYTES, index_name, names_index, parse_index
 from .url import RemoteURL
 
 _READ = 64 << 10
@@ -77,6 +77,11 @@ class HttpBackend:
     def read_manifest(self, kind: str, key: str, variant: str, limit: int) -> bytes | None:
         return self._get(entry_prefix(kind, key) + variant, limit)
 
+    def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        data = self._get(names_index(kind, digest), INDEX_BYTES)
+        keys = [] if data is None else data.decode("ascii", "replace").split()
+        return [k for k in keys if len(k) == 64 and all(c in "0123456789abcdef" for c in k)][:limit]
+
     def has_blob(self, sha256: str) -> bool:
         response = self._open(blob_name(sha256), "HEAD")
         if response is None:
@@ -104,7 +109,7 @@ class HttpBackend:
         raise RemoteError(f"{self._shown} is read-only (a static server): publish with "
                           "abicache push --remote file:///the/folder/it/serves")
 
-    put_manifest = write_blob = delete_manifest = delete_blob = set_marks = clear_marks = _read_only
+    put_manifest = write_blob = delete_manifest = delete_blob = set_marks = clear_marks = put_name = _read_only
     put_lease = entries = variants = blobs = marks = _read_only
 
     def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:

@@ -121,6 +121,16 @@ class RedisBackend:
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         return bool(self._call("writing a manifest", self._r.hsetnx, self._name("m", kind, key), variant, data))
 
+    def put_name(self, kind: str, digest: str, key: str) -> None:
+        self._call("recording a name", self._r.sadd, self._name("n", kind, digest), key)
+
+    def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        # SSCAN's COUNT is a hint per call: one call, cut at limit, bounds what a flooded set costs
+        _, found = self._call("listing a name's keys", self._r.sscan, self._name("n", kind, digest), 0, None,
+                              min(limit, MAX_VARIANTS))
+        keys = [k.decode("ascii", "replace") if isinstance(k, bytes) else str(k) for k in found]
+        return [k for k in keys if len(k) == 64][:limit]
+
     def has_blob(self, sha256: str) -> bool:
         return bool(self._call("checking a blob", self._r.exists, self._name("b", sha256)))
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..errors import RemoteError
 from .backend import (CHUNK, FAILURE_BYTES, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix,
-                      failure_name, file_chunks, first_line, lease_name, transfer_seconds)
+                      failure_name, file_chunks, first_line, lease_name, names_prefix, transfer_seconds)
 from .url import RemoteURL
 
 
@@ -113,6 +113,25 @@ class S3Backend:
         except failure as exc:
             raise self._fail(f"writing {path}", exc) from None
         return True
+
+    def put_name(self, kind: str, digest: str, key: str) -> None:
+        _, failure = _errors()
+        try:
+            self._obs.put(self._meta, names_prefix(kind, digest) + key, b"")
+        except failure as exc:
+            raise self._fail(f"recording {kind} name {digest[:12]}", exc) from None
+
+    def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        _, failure = _errors()
+        prefix, out = names_prefix(kind, digest), []
+        try:
+            for batch in self._obs.list(self._meta, prefix=prefix, chunk_size=min(1000, max(limit, 1))):
+                out += [m["path"][len(prefix):] for m in batch if len(m["path"]) - len(prefix) == 64]
+                if len(out) >= limit:
+                    break
+        except failure as exc:
+            raise self._fail(f"listing {prefix}", exc) from None
+        return out[:limit]
 
     def has_blob(self, sha256: str) -> bool:
         missing, failure = _errors()
