@@ -211,3 +211,36 @@ def test_a_signed_bundle_loads_where_signatures_are_required_and_an_unsigned_one
                               text=True, timeout=120,
                               env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(tmp_path / "unsigned"), **trusted))
     assert unsigned.returncode != 0 and "unsigned" in unsigned.stderr, unsigned.stderr[-2000:]
+
+
+def test_abicache_build_never_and_always(built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """never: a miss no store serves is an error naming every variant and what it lacks, and
+    this environment, with nothing compiled (counted); always: the read-only stores are
+    skipped and it builds here; a bad value is flagged by `abicache env`."""
+    from abicache.env import Facts
+    from abicache.errors import BuildForbiddenError
+
+    out = tmp_path / "shipped"
+    assert main(["bundle", "--out", str(out), "--root", str(built), "twice"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("ABICACHE_READ_STORES", str(out))
+    monkeypatch.setenv("ABICACHE_BUILD", "never")
+    fresh = tmp_path / "fresh"
+    assert cc.build_module("twice", [TWICE], lang="c", cache=Cache(fresh)).origin == "tier"
+    elsewhere = Cache(fresh, facts=Facts().with_overrides({"python.abi": "cp399"}))
+    with pytest.raises(BuildForbiddenError) as refused:
+        cc.build_module("twice", [TWICE], lang="c", cache=elsewhere)
+    text = str(refused.value)
+    assert "ABICACHE_BUILD=never forbids building" in text and "python.abi=cp399" in text, text
+    assert f"{out}: variant " in text and "needs python.abi == cp3" in text
+    assert main(["stats", "--json", "--root", str(fresh)]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert counts["builds"] == 0 and counts["errors"] == 1, counts
+    assert main(["demo", "--root", str(tmp_path / "demo")]) == 2  # the CLI: exit 2
+    assert "ABICACHE_BUILD=never" in capsys.readouterr().err
+    monkeypatch.setenv("ABICACHE_BUILD", "always")
+    assert cc.build_module("twice", [TWICE], lang="c", cache=Cache(tmp_path / "fresh2")).origin == "built"
+    monkeypatch.setenv("ABICACHE_BUILD", "sometimes")
+    assert main(["env", "--json"]) == 1
+    assert "ABICACHE_BUILD" in json.loads(capsys.readouterr().out)["problems"]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from . import asked, config, fallback, key as keys, tiers
 from ._version import __version__
 from .env import Facts
-from .errors import (AbicacheError, AbicacheWarning, BuildError, ConfigError, ManifestError, UsageError,
-                     unwritable_store)
+from .errors import (AbicacheError, AbicacheWarning, BuildError, BuildForbiddenError, ConfigError, ManifestError,
+                     UsageError, unwritable_store)
 from .requirements import Requirement, Requirements
 from .store import Manifest, Store
 from .store import counters, deps as depcheck, transient
@@ -257,7 +257,10 @@ class Cache:
 
     def _from_tiers(self, kind: str, name: str, key: str, described: Mapping[str, Any],
                     bases: Mapping[str, str]) -> Artifact | None:
-        """The entry a read-only store (a package's prebuilt kernels) holds for what was asked (tiers.py)."""
+        """The entry a read-only store (a package's prebuilt kernels) holds for what was asked (tiers.py);
+        none where ABICACHE_BUILD=always."""
+        if config.build_mode() == "always":
+            return None
         for tier in tiers.tiers():
             got = tier.find(kind, name, key, described, self.usable, bases)
             if got is not None:
@@ -290,6 +293,9 @@ class Cache:
         self.store.ensure()
         return self._find(kind, key, "quick")
 
+    def _unmet(self, manifest: Manifest) -> list[Any]:
+        return self._checked(manifest.requirements).unmet(self.facts)
+
     def usable(self, manifest: Manifest) -> bool:
         """Whether an entry's requirements hold in this cache's environment."""
         return self._checked(manifest.requirements).satisfied_by(self.facts)
@@ -300,7 +306,7 @@ class Cache:
         earlier lookups of this miss read, replicate.Lookups). With name and described: where
         no tool of the key is here, or the remote is only read (a channel prebuilt entries are
         shipped through), else the entry of what was asked for, as a read-only store's (tiers.py)."""
-        if self.remote is None or self.remote.down:
+        if self.remote is None or self.remote.down or config.build_mode() == "always":
             return None
         from . import replicate
 
@@ -380,8 +386,9 @@ class Cache:
             except BuildError as exc:  # the compiler's message is the news: not twenty frames of ours
                 self._count(kind, None)
                 if exc.missing_tool and not exc.hint:  # no compiler: say which prebuilt variants exist
-                    exc.hint = tiers.no_fit(kind, name, self.store, lambda m: self._checked(m.requirements)
-                                            .unmet(self.facts))
+                    from .explain import no_fit
+
+                    exc.hint = no_fit(kind, name, self.store, self._unmet)
                 raise exc.with_traceback(None) from None
             except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):
@@ -517,6 +524,10 @@ class Cache:
         build: Builder,
         declared: Requirements,
     ) -> Artifact:
+        if config.build_mode() == "never":
+            from .explain import forbidden
+
+            raise BuildForbiddenError(forbidden(kind, name, self.store, self._unmet, self.facts))
         with self.store.stage() as stage:
             start = time.perf_counter()
             try:

@@ -58,6 +58,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_READ_STORES": ("", "read-only stores searched after the local one, never written (a package's "
                              "prebuilt entries, a read-only shared folder), separated by ':'; installed packages "
                              "add theirs through the abicache.stores entry point"),
+    "ABICACHE_BUILD": ("auto", "never: a miss that no store, read-only store or remote serves is an error naming "
+                       "the missing variant and this environment (production without a compiler, as "
+                       "FLASHINFER_DISABLE_JIT); always: build here, taking nothing from read-only stores or the "
+                       "remote; auto: both, in that order"),
     "MAX_JOBS": ("<cores>", "translation units compiled at once (torch's cpp_extension reads it too)"),
 }
 
@@ -168,6 +172,17 @@ def tristate(name: str) -> bool | None:
     if _raw(name, "auto").strip().lower() == "auto":
         return None
     return flag(name)
+
+
+BUILD_MODES = ("auto", "never", "always")
+
+
+def build_mode() -> str:
+    """ABICACHE_BUILD: auto, never or always."""
+    mode = text("ABICACHE_BUILD").lower()
+    if mode not in BUILD_MODES:
+        raise ConfigError(f"ABICACHE_BUILD={mode!r}: use {', '.join(BUILD_MODES)}")
+    return mode
 
 
 def count(name: str, *, least: int = 0) -> int:

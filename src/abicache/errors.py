@@ -56,6 +56,10 @@ class BuildError(AbicacheError, RuntimeError):
         return "\n".join(parts)
 
 
+class BuildForbiddenError(BuildError):
+    """A miss where ABICACHE_BUILD=never: no store served it, and building is not allowed here."""
+
+
 class LockTimeout(AbicacheError):
     """Waiting for another process's build took longer than the lock timeout."""
 

@@ -3,11 +3,13 @@ exactly which inputs or facts differ."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from . import tiers
 from .errors import ManifestError
 from .requirements import FactSource
 from .store import Manifest, Store
@@ -254,3 +256,48 @@ def explain_miss(store: Store, facts: FactSource, miss: Mapping[str, Any]) -> Ex
     """Why a recorded miss missed: what was asked for, against the entries there were then."""
     return explain(store, facts, miss["kind"], miss["name"], miss["wanted"], miss["key"],
                    before=float(miss.get("time") or 0.0) or None)
+
+
+# ---- nothing fits ----------------------------------------------------------------
+
+
+def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]]) -> str:
+    """Where a build cannot run (no compiler): the variants of (kind, name) the local store
+    and the read-only stores hold, and what each needs that this environment lacks."""
+    lines = []
+    for where, store in [("the local store", local), *((f"{t.root}", t.store) for t in tiers.tiers())]:
+        for vdir in itertools.islice(store.iter_name_variants(kind, name), 16):
+            try:
+                manifest = store.read_manifest(vdir)
+            except (OSError, ManifestError):
+                continue
+            lacking = "; ".join(str(u) for u in unmet(manifest))
+            lines.append(f"  {where}: variant {manifest.variant} " + (f"needs {lacking}" if lacking else
+                         f"was built from other inputs (abicache explain {name})"))
+    if not lines:
+        return (f"No prebuilt {kind} {name!r} is in the local store or a read-only store (ABICACHE_READ_STORES, "
+                "the abicache.stores entry points of installed packages).")
+    return f"No prebuilt {kind} {name!r} fits this environment:\n" + "\n".join(lines)
+
+
+def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]],
+              facts: FactSource) -> str:
+    """The error of a miss where ABICACHE_BUILD=never: every variant there is and what it needs,
+    and this environment's facts that the variants' requirements name."""
+    from .env.facts import FACT_NAMES
+
+    named = {r.name for store in [local, *(t.store for t in tiers.tiers())]
+             for vdir in itertools.islice(store.iter_name_variants(kind, name), 16)
+             for r in _requirements(store, vdir)} or {"platform.machine", "python.abi", "torch.version", "gpu.arch"}
+    here = ", ".join(f"{n}={facts.get(n)}" for n in FACT_NAMES if n in named)
+    return (f"{kind} {name!r} is in no store, and ABICACHE_BUILD=never forbids building it here.\n"
+            f"{no_fit(kind, name, local, unmet)}\nThis environment: {here}.\n"
+            "Ship a variant for it (abicache bundle --check --env ... shows which), or let it build "
+            "(ABICACHE_BUILD=auto).")
+
+
+def _requirements(store: Store, vdir: Any) -> Any:
+    try:
+        return store.read_manifest(vdir).requirements
+    except (OSError, ManifestError):
+        return ()

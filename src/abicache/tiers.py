@@ -36,7 +36,6 @@ aside: the tier is not ours to write), and the lookup goes on.
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 import warnings
@@ -156,25 +155,6 @@ def project_files_hold(manifest: Manifest, bases: Mapping[str, str]) -> bool:
     project = [d for d in manifest.deps if d.base != "abs"]
     absent = [a for a in manifest.absent if a.base != "abs"]
     return depcheck.first_changed(project, bases, {}, absent)[0] is None
-
-
-def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]]) -> str:
-    """Where a build cannot run (no compiler): the variants of (kind, name) the local store
-    and the read-only stores hold, and what each needs that this environment lacks."""
-    lines = []
-    for where, store in [("the local store", local), *((f"{t.root}", t.store) for t in tiers())]:
-        for vdir in itertools.islice(store.iter_name_variants(kind, name), 16):
-            try:
-                manifest = store.read_manifest(vdir)
-            except (OSError, ManifestError):
-                continue
-            lacking = "; ".join(str(u) for u in unmet(manifest))
-            lines.append(f"  {where}: variant {manifest.variant} " + (f"needs {lacking}" if lacking else
-                         f"was built from other inputs (abicache explain {name})"))
-    if not lines:
-        return (f"No prebuilt {kind} {name!r} is in the local store or a read-only store (ABICACHE_READ_STORES, "
-                "the abicache.stores entry points of installed packages).")
-    return f"No prebuilt {kind} {name!r} fits this environment:\n" + "\n".join(lines)
 
 
 def tiers() -> list[Tier]:

@@ -30,6 +30,7 @@ def problems() -> dict[str, str]:
         "ABICACHE_PROGRESS": lambda: config.tristate("ABICACHE_PROGRESS"),
         "ABICACHE_OBSERVE": lambda: config.flag("ABICACHE_OBSERVE"),
         "ABICACHE_CHECK": _every,
+        "ABICACHE_BUILD": config.build_mode,
         "ABICACHE_SHARED": lambda: group_setting(config.text("ABICACHE_SHARED")),
         "ABICACHE_REMOTE": _remote,
     }
