@@ -244,3 +244,58 @@ def test_abicache_build_never_and_always(built: Path, tmp_path: Path, capsys: py
     monkeypatch.setenv("ABICACHE_BUILD", "sometimes")
     assert main(["env", "--json"]) == 1
     assert "ABICACHE_BUILD" in json.loads(capsys.readouterr().out)["problems"]
+
+
+@pytest.mark.parametrize(("requirements", "tags", "torch"), [
+    ([["platform.machine == x86_64"]], ("py3", "none"), None),
+    ([["python.abi == cp311"]], ("cp311", "cp311"), None),
+    ([["python.abi == cp311"], ["python.abi == cp312"]], ("cp311.cp312", "cp311.cp312"), None),
+    ([["python.abi3 >= 3.10"], ["python.abi3 >= 3.12"]], ("cp310", "abi3"), None),
+    ([["python.abi == cp311"], ["platform.machine == x86_64"]], ("py3", "none"), None),  # a C library rides along
+    ([["python.abi == cp311", "torch.build == 2.13.0+cpu/git=abc/cuda=none/hip=none/cxx11abi=1"],
+      ["python.abi == cp311", "torch.build == 2.12.1+cu128/git=def/cuda=12.8/hip=none/cxx11abi=1"]],
+     ("cp311", "cp311"), "torch>=2.12,<2.14"),
+    ([["torch.version >= 2.9"], ["torch.version >= 2.10"]], ("py3", "none"), "torch>=2.9"),
+])
+def test_the_wheels_python_tags_and_torch_pin_come_from_the_variants(
+        requirements: list[list[str]], tags: tuple[str, str], torch: str | None) -> None:
+    from abicache.bundle import python_tags, torch_requirement
+
+    manifests = [SimpleNamespace(requirements=Requirements.of(r)) for r in requirements]
+    assert python_tags(manifests) == tags and torch_requirement(manifests) == torch
+
+
+def test_pip_check_pairs_the_wheel_only_with_a_torch_it_can_load(tmp_path: Path) -> None:
+    """Requires-Dist pins the torch the classic variant was built for: `pip check` is clean
+    where that torch is installed and names it where it is not."""
+    pytest.importorskip("torch")
+    import abicache.torch as at
+
+    root = tmp_path / "store"
+    at.build_inline("pinned_ext", ["int64_t add(int64_t a, int64_t b) { return a + b; }"], functions=["add"],
+                    cache=Cache(root))
+    dist = tmp_path / "dist"
+    assert main(["bundle", "--wheel", "pinned-kernels==1.0", "--out", str(dist), "--root", str(root),
+                 "pinned_ext"]) == 0
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read("pinned_kernels-1.0.dist-info/METADATA").decode()
+    import torch
+
+    major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    here = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert f"Requires-Dist: torch>={major}.{minor},<{major}.{minor + 1}" in metadata, metadata
+    assert wheel.name.split("-")[2:4] == [here, here]
+    results = {}
+    for name, system in (("with-torch", True), ("without", False)):
+        venv = tmp_path / name
+        subprocess.run([sys.executable, "-m", "venv", *(["--system-site-packages"] if system else []), str(venv)],
+                       check=True, capture_output=True, timeout=300)
+        python = str(venv / "bin" / "python")
+        installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                                   capture_output=True, text=True, timeout=300)
+        assert installed.returncode == 0, installed.stderr[-1500:]
+        checked = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+        results[name] = [line for line in checked.stdout.splitlines() if line.startswith("pinned-kernels")]
+    assert not any("torch" in line for line in results["with-torch"]), results
+    assert any("requires torch, which is not installed" in line for line in results["without"]), results

@@ -13,8 +13,10 @@ With ABICACHE_SIGNING_KEY set, every manifest is signed by it (readers with
 ABICACHE_TRUSTED_KEYS accept only those, tiers.py). Its platform tag comes from
     the entries' requirements: the highest `platform.glibc` floor and the one
     `platform.machine` (manylinux_2_28_x86_64), or `any` for entries that need
-    neither (cubins, PTX). Python and ABI tags are py3 and none: the variants
-    inside say which Python each needs, and the lookup picks.
+    neither (cubins, PTX). Its Python tags come from the variants (cp311 for
+    CPython 3.11 modules, cp310-abi3 for stable-ABI ones, py3-none where a
+    Python-free entry rides along), and Requires-Dist pins the torch versions
+    the torch variants cover, so pip never pairs it with a torch it cannot load.
 
 Every entry is verified in full (sha256 of each file) before it is copied: a
 damaged entry stops the bundle, naming it. `--check` writes nothing: for each
@@ -168,6 +170,56 @@ def signer_from_env() -> Any:
     return None if path is None else keys.load_signer(path)
 
 
+def python_tags(entries: Iterable[Manifest]) -> tuple[str, str]:
+    """(python tag, abi tag) from the entries' Python requirements: cp311-cp311 where every
+    Python-specific entry needs CPython 3.11, cp310-abi3 where the stable ABI from 3.10 is the
+    only one, dotted tag sets where several (cp311.cp312-cp311.cp312), py3-none where none does."""
+    abis, floors, free = set(), set(), False
+    for manifest in entries:
+        names = {r.name for r in manifest.requirements}
+        free = free or not names & {"python.abi", "python.abi3"}
+        for req in manifest.requirements:
+            if req.name == "python.abi" and req.op == "==":
+                abis.update(req.values)
+            elif req.name == "python.abi3" and req.op == ">=":
+                floors.add(req.values[0])
+    if not abis and not floors:
+        return "py3", "none"
+    if free:  # a Python-free entry (a C library, a cubin) rides along: the wheel must install anywhere
+        return "py3", "none"
+    if abis and not floors:
+        tags = ".".join(sorted(abis))
+        return tags, tags
+    if floors and not abis:
+        low = min(floors, key=lambda v: tuple(int(p) for p in v.split(".")))
+        return "cp" + low.replace(".", ""), "abi3"
+    return "py3", "none"
+
+
+def torch_requirement(entries: Iterable[Manifest]) -> str | None:
+    """Requires-Dist for torch from the entries: the range of torch versions the classic (torch.build)
+    variants were built for (torch>=2.12,<2.14), else the stable-ABI floor (torch>=2.9); None: no torch."""
+    built, floors = set(), set()
+    for manifest in entries:
+        for req in manifest.requirements:
+            if req.name == "torch.build" and req.op == "==":
+                built.add(_minor(req.values[0].split("+")[0].split("/")[0]))
+            elif req.name == "torch.version" and req.op == ">=":
+                floors.add(_minor(req.values[0]))
+    if built:
+        low, high = min(built), max(built)
+        return f"torch>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}"
+    if floors:
+        low = min(floors)
+        return f"torch>={low[0]}.{low[1]}"
+    return None
+
+
+def _minor(version: str) -> tuple[int, int]:
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
 def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path,
                 signer: Any = None) -> Bundled:
     """A wheel DIST-VERSION-py3-none-TAG.whl in out_dir whose package holds the store."""
@@ -175,7 +227,10 @@ def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_d
     if match is None:
         raise UsageError(f"--wheel {requirement!r}: give the distribution and its version, e.g. mylib-kernels==1.0")
     dist, version = re.sub(r"[-_.]+", "_", match.group(1)).lower(), match.group(2)
-    tag = platform_tag(m for _, m in chosen)
+    manifests = [m for _, m in chosen]
+    python, abi = python_tags(manifests)
+    tag = f"{python}-{abi}-{platform_tag(manifests)}"
+    torch = torch_requirement(manifests)
     staging = out_dir / f".{dist}-{os.getpid()}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -187,16 +242,24 @@ def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_d
         meta = {
             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {match.group(1)}\nVersion: {version}\n"
                                 f"Summary: prebuilt entries for abicache ({len(chosen)} variants)\n"
-                                f"Requires-Dist: abicache\n",
+                                f"Requires-Dist: abicache\n" + (f"Requires-Dist: {torch}\n" if torch else ""),
             f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: abicache bundle\nRoot-Is-Purelib: false\n"
-                             f"Tag: py3-none-{tag}\n",
+                             + "".join(f"Tag: {t}\n" for t in _expanded(tag)),
             f"{info}/entry_points.txt": f"[abicache.stores]\n{dist} = {dist}:STORE\n",
         }
-        wheel = out_dir / f"{dist}-{version}-py3-none-{tag}.whl"
+        wheel = out_dir / f"{dist}-{version}-{tag}.whl"
         _zip(staging, meta, f"{info}/RECORD", wheel)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Bundled(wheel, tuple(m for _, m in chosen), tag)
+
+
+def _expanded(tag: str) -> list[str]:
+    """A compressed tag set (cp311.cp312-cp311.cp312-plat) as the WHEEL file lists it, one a line."""
+    python, abi, plat = tag.split("-")
+    if python.count(".") and python == abi:
+        return [f"{p}-{p}-{plat}" for p in python.split(".")]
+    return [f"{p}-{a}-{plat}" for p in python.split(".") for a in abi.split(".")]
 
 
 def _zip(staging: Path, meta: dict[str, str], record_name: str, wheel: Path) -> None:

@@ -248,7 +248,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
              "requirements": m.requirements.to_list()} for m in made.entries]})
         return 0
     render.say(f"{len(made.entries)} variants of {', '.join(sorted({m.name for m in made.entries}))} -> {made.out}"
-               + (f" (platform {made.tag}; pip install it, and abicache finds them)" if made.tag else
+               + (f" (tags {made.tag}; pip install it, and abicache finds them)" if made.tag else
                   f" (ABICACHE_READ_STORES={made.out}, or ship it in a package: abicache bundle --wheel)"))
     return 0
 
