@@ -111,3 +111,30 @@ def parse_device(text: str) -> Target | AmdTarget:
     if target.kind != "sm" or target.suffix:
         raise ValueError(f"{text!r} is not a device arch; expected sm_XY, e.g. sm_90")
     return target
+
+
+def fit_rank(target: Target | AmdTarget, device: Target | AmdTarget) -> int:
+    """How well code for target suits a device, 0 where it cannot run there. The better code
+    is preferred among variants that all run: machine code made for exactly this arch (an
+    arch-specific `a` build first: it may use that arch's own instructions), then machine
+    code of its family or an older minor of its major, then PTX, which the driver must
+    JIT-compile first and which cannot use arch-specific features."""
+    if not target.runs_on(device):
+        return 0
+    if isinstance(target, AmdTarget):
+        return 4 if target.processor == device.processor else 3  # type: ignore[union-attr]
+    assert isinstance(device, Target)
+    if target.kind == "compute":
+        return 1
+    exact = (target.major, target.minor) == (device.major, device.minor)
+    return 5 if exact and target.suffix == "a" else 4 if exact else 3
+
+
+def devices_rank(devices: str, targets: tuple[str, ...]) -> int:
+    """fit_rank of the best target for the worst-served device (every device must be served)."""
+    try:
+        present = [parse_device(d) for d in devices.split(",") if d]
+        built = [parse_target(t) for t in targets]
+    except ValueError:
+        return 0
+    return min((max((fit_rank(t, d) for t in built), default=0) for d in present), default=0)

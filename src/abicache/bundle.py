@@ -308,8 +308,8 @@ def check(chosen: Sequence[tuple[Path, Manifest]], environments: Sequence[tuple[
     verdicts = []
     for label, facts in environments:
         for (kind, name), manifests in sorted(groups.items()):
-            fitting = sorted((m for m in manifests if m.requirements.satisfied_by(facts)), key=preference,
-                             reverse=True)
+            fitting = sorted((m for m in manifests if m.requirements.satisfied_by(facts)),
+                             key=lambda m: (m.requirements.gpu_rank(facts), *preference(m)), reverse=True)
             if fitting:
                 verdicts.append(Verdict(label, kind, name, fitting[0].variant, ""))
                 continue

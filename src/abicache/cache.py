@@ -237,7 +237,7 @@ class Cache:
             manifest = self._manifest(vdir)
             if manifest is not None and wanted(manifest) and self.usable(manifest):
                 usable.append((vdir, manifest))
-        usable.sort(key=lambda vm: preference(vm[1]), reverse=True)
+        usable.sort(key=lambda vm: (vm[1].requirements.gpu_rank(self.facts), *preference(vm[1])), reverse=True)
         for vdir, manifest in usable:
             if manifest.recorded and self.store.deps_changed(vdir, manifest, bases) is not None:
                 continue  # built from other bytes of a header: not a hit, not damage
@@ -262,7 +262,7 @@ class Cache:
         if config.build_mode() == "always":
             return None
         for tier in tiers.tiers():
-            got = tier.find(kind, name, key, described, self.usable, bases)
+            got = tier.find(kind, name, key, described, self.usable, bases, self.facts)
             if got is not None:
                 return _artifact(*got, "tier")
         return None
@@ -314,12 +314,13 @@ class Cache:
             return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,
                                                                     manifest.env, manifest.system)[0] is None
 
-        got = replicate.fetch(self.remote, self.store, kind, key, current, lookups)
+        rank = lambda manifest: manifest.requirements.gpu_rank(self.facts)  # noqa: E731
+        got = replicate.fetch(self.remote, self.store, kind, key, current, lookups, rank)
         if got is None and name is not None and described is not None and (
                 asked.tools_absent(described) or self.remote.settings.mode == "read"):
             want = asked.asked(described)
             got = replicate.fetch_asked(self.remote, self.store, kind, name, key, lambda m: self.usable(m) and (
-                asked.asked(m.inputs) == want and tiers.project_files_hold(m, bases)), lookups)
+                asked.asked(m.inputs) == want and tiers.project_files_hold(m, bases)), lookups, rank)
         return _artifact(got.vdir, got.manifest, "remote") if got else None
 
     def _verified(self, vdir: Path, manifest: Manifest, verify: str) -> bool:

@@ -61,7 +61,7 @@ class Lookups:
 
 
 def candidates(tier: Tier, store: Store, kind: str, key: str, usable: Callable[[Manifest], bool],
-               lookups: Lookups | None = None) -> list[Manifest]:
+               lookups: Lookups | None = None, rank: Callable[[Manifest], int] = lambda m: 0) -> list[Manifest]:
     """Admitted remote manifests whose requirements hold, the most specific first.
 
     Bounded, since anyone who can write the remote can file thousands of variants
@@ -109,7 +109,7 @@ def candidates(tier: Tier, store: Store, kind: str, key: str, usable: Callable[[
     if refused or (skipped > 0 and not lookups.said):
         lookups.said = skipped > 0
         _refuse_all(tier, store, kind, key, refused, skipped, len(listed))
-    found.sort(key=mf.preference, reverse=True)
+    found.sort(key=lambda m: (rank(m), *mf.preference(m)), reverse=True)  # rank: the GPU fit, first
     return found
 
 
@@ -131,8 +131,8 @@ def _refuse_all(tier: Tier, store: Store, kind: str, key: str, refused: Counter[
 
 
 def fetch(tier: Tier, store: Store, kind: str, key: str, usable: Callable[[Manifest], bool],
-          lookups: Lookups | None = None) -> Fetched | None:
-    for manifest in candidates(tier, store, kind, key, usable, lookups):
+          lookups: Lookups | None = None, rank: Callable[[Manifest], int] = lambda m: 0) -> Fetched | None:
+    for manifest in candidates(tier, store, kind, key, usable, lookups, rank):
         got = download(tier, store, manifest)
         if got is not None:
             tier.stats["hits"] += 1
@@ -285,13 +285,13 @@ ASKED_KEYS = 16
 
 
 def fetch_asked(tier: Tier, store: Store, kind: str, name: str, key: str, wanted: Callable[[Manifest], bool],
-                lookups: Lookups | None = None) -> Fetched | None:
+                lookups: Lookups | None = None, rank: Callable[[Manifest], int] = lambda m: 0) -> Fetched | None:
     """The remote's entry of this name that is wanted (what was asked for, asked.py), under
     any key but `key` (already looked at): the remote's name index gives the keys."""
     keys = tier.call(lambda b: b.keys_named(kind, name_digest(name), ASKED_KEYS)) or []
     for other in keys:
         if other != key and not tier.down:
-            got = fetch(tier, store, kind, other, wanted, lookups)
+            got = fetch(tier, store, kind, other, wanted, lookups, rank)
             if got is not None:
                 return got
     return None

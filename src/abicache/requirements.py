@@ -238,5 +238,16 @@ class Requirements:
     def satisfied_by(self, facts: FactSource) -> bool:
         return all(req.check(facts) is None for req in self.items)
 
+    def gpu_rank(self, facts: FactSource) -> int:
+        """Among variants that all hold: how well their GPU code suits this machine's devices
+        (archs.fit_rank; 0 without a GPU requirement), so exact machine code wins over PTX."""
+        gpu = [r for r in self.items if r.name == "gpu.arch" and r.op == "~="]
+        devices = facts.get("gpu.arch") if gpu else None  # the devices are asked only for GPU code
+        if not devices:
+            return 0
+        from . import archs
+
+        return max(archs.devices_rank(devices, r.values) for r in gpu)
+
     def to_list(self) -> list[str]:
         return [str(r) for r in self.items]

@@ -67,15 +67,17 @@ class Tier:
         return f"Tier({str(self.root)!r}, from {self.origin})"
 
     def find(self, kind: str, name: str, key: str, described: Mapping[str, Any], usable: Callable[[Manifest], bool],
-             bases: Mapping[str, str]) -> tuple[Path, Manifest] | None:
-        """The preferred entry of what was asked for that holds here, verified."""
+             bases: Mapping[str, str], facts: Any = None) -> tuple[Path, Manifest] | None:
+        """The preferred entry of what was asked for that holds here, verified (facts: whose GPUs
+        rank the variants, Requirements.gpu_rank)."""
         want = asked.asked(described)
         found = []
         for vdir in [*self.store.variant_dirs(kind, key), *asked.candidates(self.store, kind, name)]:
             manifest = self._manifest(vdir)
             if manifest is not None and asked.asked(manifest.inputs) == want and usable(manifest):
                 found.append((vdir, manifest))
-        found.sort(key=lambda vm: preference(vm[1]), reverse=True)
+        found.sort(key=lambda vm: (vm[1].requirements.gpu_rank(facts) if facts is not None else 0,
+                                   *preference(vm[1])), reverse=True)
         for vdir, manifest in found:
             if project_files_hold(manifest, bases) and self.intact(vdir, manifest):
                 return vdir, manifest
