@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,11 +23,11 @@ from pathlib import Path
 import pytest
 
 import servers
-from conftest import ROOT, SRC, need
+from conftest import SRC, need
 from corpus import TORCH_STABLE
 from remote_fixtures import s3_endpoint  # noqa: F401  (fixture)
+from venvs import make_venv, py312_with_abicache
 
-VENVS = Path(os.environ.get("ABICACHE_TEST_VENVS", Path.home() / ".cache" / "abicache-test-venvs"))
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
 PYBIND = "int64_t add(int64_t a, int64_t b) { return a + b; }\n"
 TWICE = textwrap.dedent(r"""
@@ -67,32 +66,6 @@ MISSING = textwrap.dedent(f"""
 """)
 
 
-def _venv(path: Path, python: str, *, system: bool = False, install: list[str] = ()) -> str:
-    made = subprocess.run([python, "-m", "venv", *(["--system-site-packages"] if system else []), str(path)],
-                          capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
-    if install:
-        done = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", *install],
-                              capture_output=True, text=True, timeout=1200)
-        if done.returncode != 0:
-            pytest.skip(f"cannot install {install} into a venv: {done.stderr[-300:]}")
-    return str(path / "bin" / "python")
-
-
-def _py312() -> str:
-    """A venv of pyenv's 3.12 with abicache and its remote extra (made once, reused)."""
-    found = sorted((Path.home() / ".pyenv" / "versions").glob("3.12.*/bin/python3"))
-    if not found:
-        pytest.skip("no Python 3.12 under pyenv")
-    venv = VENVS / "py312-ship"
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import obstore, platformdirs, abi3info, rich"]
-    if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
-        shutil.rmtree(venv, ignore_errors=True)
-        _venv(venv, str(found[-1]), install=["-e", f"{ROOT}[remote]"])
-    return str(python)
-
-
 def _run(python: str, code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_PROGRESS": "0", **env})
@@ -104,10 +77,10 @@ def test_a_matrix_pushes_the_last_job_bundles_a_wheel_and_a_user_without_a_compi
     need("c++")
     remote = servers.s3_url(s3_endpoint, f"ship-{os.getpid()}")
     shared = {"ABICACHE_REMOTE": remote, **servers.CREDENTIALS}
-    job1 = _run(_venv(tmp_path / "job-311", sys.executable, system=True), JOB_TORCH,
+    job1 = _run(make_venv(tmp_path / "job-311", sys.executable, system=True), JOB_TORCH,
                 {**shared, "ABICACHE_DIR": str(tmp_path / "job-311-store")})
     assert job1.returncode == 0 and job1.stdout.split() == ["built"] * 3, job1.stderr[-3000:]
-    job2 = _run(_py312(), JOB_312, {**shared, "ABICACHE_DIR": str(tmp_path / "job-312-store")})
+    job2 = _run(py312_with_abicache(), JOB_312, {**shared, "ABICACHE_DIR": str(tmp_path / "job-312-store")})
     assert job2.returncode == 0, job2.stderr[-3000:]
     assert job2.stdout.split() == ["remote", "built"]  # the C library: the 3.11 job's, the same for every Python
 
@@ -121,7 +94,7 @@ def test_a_matrix_pushes_the_last_job_bundles_a_wheel_and_a_user_without_a_compi
     assert sorted(e["name"] for e in doc["entries"]) == ["adder", "ship_pyext", "ship_stable", "twice"]
     (wheel,) = dist.glob("*.whl")
 
-    user = _venv(tmp_path / "user", sys.executable, system=True)
+    user = make_venv(tmp_path / "user", sys.executable, system=True)
     if subprocess.run([user, "-c", "import torch"], capture_output=True).returncode != 0:
         pytest.skip("a --system-site-packages venv of this interpreter does not see torch (run outside a venv)")
     installed = subprocess.run([user, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],

@@ -49,7 +49,9 @@ STORE_FOLDER = "store"
 class Bundled(NamedTuple):
     out: Path  # the store folder, or the wheel file
     entries: tuple[Manifest, ...]
-    tag: str | None = None  # the wheel's platform tag
+    tag: str | None = None  # the wheel's tags (python-abi-platform)
+    group: str = ""  # the provider group (--split-by), '' for the base wheel
+    size: int = 0  # the wheel's bytes
 
 
 def select(store: Store, names: Sequence[str], kind: str | None = None,
@@ -115,17 +117,27 @@ def _damage(store: Store, vdir: Path, manifest: Manifest) -> str | None:
     return None if found is None else found[0]
 
 
-def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any = None) -> None:
+def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any = None,
+                blobs: bool = False) -> None:
     """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555;
-    with a signer (remote/keys.py), each manifest signed by it, else copied byte for byte."""
+    with a signer (remote/keys.py), each manifest signed by it, else copied byte for byte.
+    blobs: each distinct file once, in v1/blobs/ as the local store keeps it, and the entries'
+    folders hold their manifests only (a wheel: a file shared by variants is shipped once;
+    tiers.py copies an entry into the local store at its first use)."""
     if out.exists():
         raise UsageError(f"{out} already exists: bundle into a new folder")
     top = out / "v1"
+    (top / "entries").mkdir(parents=True)  # a store, even of no entries (a base wheel whose providers hold all)
     for vdir, manifest in chosen:
         target = top / "entries" / manifest.kind / manifest.key[:2] / manifest.key / manifest.variant
         target.mkdir(parents=True, exist_ok=True, mode=0o755)
         for record in manifest.files:
             path = target / record.path
+            if blobs:
+                sha = record.sha256
+                path = top / "blobs" / sha[:2] / (sha + ("x" if record.executable else ""))
+                if path.exists():
+                    continue  # the same bytes, shipped once
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             shutil.copyfile(vdir / record.path, path)
             path.chmod(record.mode)
@@ -220,13 +232,77 @@ def _minor(version: str) -> tuple[int, int]:
     return (parts + [0, 0])[0], (parts + [0, 0])[1]
 
 
-def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path,
-                signer: Any = None) -> Bundled:
-    """A wheel DIST-VERSION-py3-none-TAG.whl in out_dir whose package holds the store."""
+SPLITS = ("none", "arch", "torch", "python")
+#: GitHub's release assets stop at 2 GiB; a wheel of more is refused by default
+MAX_WHEEL = int(1.9 * (1 << 30))
+
+
+def group_of(manifest: Manifest, split_by: str) -> str:
+    """The provider wheel an entry goes to ('' for the base wheel): its GPU targets, its torch
+    (a minor version, or stable-X.Y for a stable-ABI floor) or its Python (cp311, abi3)."""
+    for req in manifest.requirements:
+        if split_by == "arch" and req.name == "gpu.arch":
+            return "-".join(req.values)
+        if split_by == "torch" and req.name == "torch.build":
+            major, minor = _minor(req.values[0].split("+")[0].split("/")[0])
+            return f"torch{major}.{minor}"
+        if split_by == "torch" and req.name == "torch.version":
+            return "torch-stable"
+        if split_by == "python" and req.name == "python.abi":
+            return req.values[0]
+        if split_by == "python" and req.name == "python.abi3":
+            return "abi3"
+    return ""
+
+
+def write_wheels(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path, signer: Any = None,
+                 split_by: str = "none", max_size: int = MAX_WHEEL) -> list[Bundled]:
+    """A base wheel (the entries no group claims) and a provider wheel per group, each registering
+    its own store, each installable alone; UsageError naming a wheel over max_size."""
+    if split_by not in SPLITS:
+        raise UsageError(f"--split-by {split_by!r}: use {', '.join(SPLITS)}")
+    dist, _ = _parse_requirement(requirement)
+    groups: dict[str, list[tuple[Path, Manifest]]] = {"": []}
+    for item in chosen:
+        groups.setdefault(group_of(item[1], split_by) if split_by != "none" else "", []).append(item)
+    made = []
+    for group, members in sorted(groups.items()):
+        name = f"{dist}-{re.sub(r'[^A-Za-z0-9]+', '_', group).strip('_')}" if group else dist
+        wheel = write_wheel(members, requirement.replace(dist, name, 1) if group else requirement, out_dir, signer)
+        size = wheel.out.stat().st_size
+        if size > max_size:
+            for done in [*made, wheel]:
+                done.out.unlink(missing_ok=True)
+            largest = max(members, key=lambda vm: sum(f.size for f in vm[1].files))[1] if members else None
+            raise UsageError(
+                f"the wheel {wheel.out.name} ({'base' if not group else 'group ' + group}) is {_human(size)}, "
+                f"over --max-size {_human(max_size)}"
+                + (f" (its largest entry: {largest.kind} {largest.name}, variant {largest.variant})" if largest else "")
+                + ": split it further (--split-by arch, torch or python) or bundle fewer names")
+        made.append(wheel._replace(group=group, size=size))
+    return made
+
+
+def _human(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
+
+
+def _parse_requirement(requirement: str) -> tuple[str, str]:
     match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!-]*)\s*", requirement)
     if match is None:
         raise UsageError(f"--wheel {requirement!r}: give the distribution and its version, e.g. mylib-kernels==1.0")
-    dist, version = re.sub(r"[-_.]+", "_", match.group(1)).lower(), match.group(2)
+    return match.group(1), match.group(2)
+
+
+def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_dir: Path,
+                signer: Any = None) -> Bundled:
+    """A wheel DIST-VERSION-py3-none-TAG.whl in out_dir whose package holds the store."""
+    given, version = _parse_requirement(requirement)
+    dist = re.sub(r"[-_.]+", "_", given).lower()
     manifests = [m for _, m in chosen]
     python, abi = python_tags(manifests)
     tag = f"{python}-{abi}-{platform_tag(manifests)}"
@@ -234,16 +310,16 @@ def write_wheel(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_d
     staging = out_dir / f".{dist}-{os.getpid()}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        write_store(chosen, staging / dist / STORE_FOLDER, signer)
+        write_store(chosen, staging / dist / STORE_FOLDER, signer, blobs=True)
         (staging / dist / "__init__.py").write_text(
             f'"""Prebuilt entries for abicache (abicache bundle): found through the abicache.stores entry point."""\n'
             f"from pathlib import Path\n\nSTORE = str(Path(__file__).resolve().parent / {STORE_FOLDER!r})\n")
         info = f"{dist}-{version}.dist-info"
         meta = {
-            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {match.group(1)}\nVersion: {version}\n"
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {given}\nVersion: {version}\n"
                                 f"Summary: prebuilt entries for abicache ({len(chosen)} variants)\n"
                                 f"Requires-Dist: abicache\n" + (f"Requires-Dist: {torch}\n" if torch else ""),
-            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: abicache bundle\nRoot-Is-Purelib: false\n"
+            f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: abicache bundle\nRoot-Is-Purelib: false\n"
                              + "".join(f"Tag: {t}\n" for t in _expanded(tag)),
             f"{info}/entry_points.txt": f"[abicache.stores]\n{dist} = {dist}:STORE\n",
         }

@@ -262,7 +262,7 @@ class Cache:
         if config.build_mode() == "always":
             return None
         for tier in tiers.tiers():
-            got = tier.find(kind, name, key, described, self.usable, bases, self.facts)
+            got = tier.find(kind, name, key, described, self.usable, bases, self.facts, self.store)
             if got is not None:
                 return _artifact(*got, "tier")
         return None

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 from . import progress
 from .errors import ManifestError, RefusedError
 from .remote import Tier
-from .store import Store, blobs
+from .store import Store
 from .store import manifest as mf
 from .store.layout import name_digest
 from .store.manifest import FileRecord, Manifest

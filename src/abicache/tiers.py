@@ -36,6 +36,7 @@ aside: the tier is not ours to write), and the lookup goes on.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import warnings
@@ -67,9 +68,10 @@ class Tier:
         return f"Tier({str(self.root)!r}, from {self.origin})"
 
     def find(self, kind: str, name: str, key: str, described: Mapping[str, Any], usable: Callable[[Manifest], bool],
-             bases: Mapping[str, str], facts: Any = None) -> tuple[Path, Manifest] | None:
+             bases: Mapping[str, str], facts: Any = None, local: Store | None = None) -> tuple[Path, Manifest] | None:
         """The preferred entry of what was asked for that holds here, verified (facts: whose GPUs
-        rank the variants, Requirements.gpu_rank)."""
+        rank the variants, Requirements.gpu_rank). An entry whose files are the store's blobs
+        (a wheel keeps each once) is copied into the local store first (materialize)."""
         want = asked.asked(described)
         found = []
         for vdir in [*self.store.variant_dirs(kind, key), *asked.candidates(self.store, kind, name)]:
@@ -79,9 +81,52 @@ class Tier:
         found.sort(key=lambda vm: (vm[1].requirements.gpu_rank(facts) if facts is not None else 0,
                                    *preference(vm[1])), reverse=True)
         for vdir, manifest in found:
-            if project_files_hold(manifest, bases) and self.intact(vdir, manifest):
+            if not project_files_hold(manifest, bases):
+                continue
+            if manifest.files and not os.path.lexists(vdir / manifest.files[0].path) and local is not None:
+                got = self.materialize(manifest, local)
+                if got is not None:
+                    return got
+            elif self.intact(vdir, manifest):
                 return vdir, manifest
         return None
+
+    def materialize(self, manifest: Manifest, local: Store) -> tuple[Path, Manifest] | None:
+        """The entry in the local store, its files copied from this store's blobs, each hashed
+        as it is copied (as a remote download is); a copy made before is used as it is."""
+        there = local.layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
+        if there.is_dir():
+            try:
+                mine = local.read_manifest(there)
+                if local.check(there, mine) is None:
+                    return there, mine
+            except (OSError, ManifestError):
+                pass
+        with local.stage() as stage:
+            for record in manifest.files:
+                problem = self._copy_blob(record, stage / record.path)
+                if problem is not None:
+                    _warn(f"abicache: refused {manifest.kind} {manifest.name} of the read-only store {self.root} "
+                          f"({problem}); it is never loaded")
+                    return None
+            vdir, won = local.commit_verified(stage, manifest)
+        return (vdir, manifest) if won else (vdir, local.read_manifest(vdir))
+
+    def _copy_blob(self, record: Any, dest: Path) -> str | None:
+        blob = self.store.layout.blob(record.sha256, record.executable)
+        try:
+            st = os.lstat(blob)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != record.size or not self.store.trust.ok(st):
+                return f"{record.path}: its blob is missing, untrusted or of the wrong size"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            with open(blob, "rb") as src, open(dest, "xb") as out:
+                while chunk := src.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except OSError as exc:
+            return f"{record.path}: {exc.strerror}"
+        return None if digest.hexdigest() == record.sha256 else f"{record.path}: sha256 differs from its manifest's"
 
     def _manifest(self, vdir: Path) -> Manifest | None:
         try:

@@ -238,18 +238,27 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     signer = bundle.signer_from_env()
     if args.wheel:
         args.out.mkdir(parents=True, exist_ok=True)
-        made = bundle.write_wheel(chosen, args.wheel, args.out, signer)
+        made = bundle.write_wheels(chosen, args.wheel, args.out, signer, args.split_by,
+                                   bundle.MAX_WHEEL if args.max_size is None else args.max_size)
     else:
         bundle.write_store(chosen, args.out, signer)
-        made = bundle.Bundled(args.out, tuple(m for _, m in chosen))
+        made = [bundle.Bundled(args.out, tuple(m for _, m in chosen))]
     if args.json:
-        render.emit_json({"out": str(made.out), "tag": made.tag, "entries": [
-            {"kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant,
-             "requirements": m.requirements.to_list()} for m in made.entries]})
+        render.emit_json({"out": str(made[0].out) if not args.wheel else str(args.out), "wheels": [
+            {"file": str(b.out), "group": b.group, "tags": b.tag, "size": b.size} for b in made if args.wheel],
+            "tag": made[0].tag, "entries": [
+                {"kind": m.kind, "name": m.name, "key": m.key, "variant": m.variant, "size": sum(f.size for f in m.files),
+                 "wheel": next((str(b.out) for b in made if m in b.entries), None),
+                 "requirements": m.requirements.to_list()} for m in (m for _, m in chosen)]})
         return 0
-    render.say(f"{len(made.entries)} variants of {', '.join(sorted({m.name for m in made.entries}))} -> {made.out}"
-               + (f" (tags {made.tag}; pip install it, and abicache finds them)" if made.tag else
-                  f" (ABICACHE_READ_STORES={made.out}, or ship it in a package: abicache bundle --wheel)"))
+    names = ", ".join(sorted({m.name for _, m in chosen}))
+    if not args.wheel:
+        render.say(f"{len(chosen)} variants of {names} -> {made[0].out} (ABICACHE_READ_STORES={made[0].out}, or ship it "
+                   "in a package: abicache bundle --wheel)")
+        return 0
+    render.table(f"{len(chosen)} variants of {names}", ["wheel", "group", "variants", "size"],
+                 [(b.out.name, b.group or "(base)", len(b.entries), render.human_size(b.size)) for b in made])
+    render.say("pip install the base wheel and the providers a machine needs: abicache finds their stores")
     return 0
 
 

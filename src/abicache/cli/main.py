@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", help="only entries of this kind")
     p.add_argument("--from", dest="sources", action="append", type=Path, default=[], metavar="STORE",
                    help="also take entries from this store folder (another job's bundle); repeatable")
+    p.add_argument("--split-by", choices=["none", "arch", "torch", "python"], default="none",
+                   help="--wheel: a base wheel plus one provider wheel per GPU arch, torch or Python")
+    p.add_argument("--max-size", type=commands.parse_size, metavar="SIZE",
+                   help="--wheel: the largest wheel allowed (default 1.9G, under GitHub's 2 GiB asset limit)")
     p.add_argument("--remote", metavar="URL", dest="bundle_remote",
                    help="first fetch every variant of the named entries from this remote (s3://, redis://, file://)")
     p.add_argument("--check", action="store_true",

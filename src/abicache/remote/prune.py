@@ -36,7 +36,7 @@ from typing import Any, Callable
 from ..errors import ManifestError
 from ..store import manifest as mf
 from ..store.manifest import Manifest
-from .backend import Backend, Listed
+from .backend import Backend
 
 #: default seconds an unreferenced blob stays before a prune deletes it
 GRACE = 3600.0
