@@ -179,3 +179,20 @@ def test_a_tier_owned_by_another_user_is_not_trusted(tmp_path: Path) -> None:
             os.lchown(os.path.join(folder, name), 65534, 65534)
     got = _load(tmp_path / "local", tmp_path, ABICACHE_READ_STORES=str(tier))
     assert "error" in got and any("skipped" in s or "refused" in s for s in got["said"]), got
+
+
+def test_explain_lists_each_read_only_variant_and_why_it_does_not_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace when nothing fits: one row per shipped variant, with what it lacks here."""
+    from abicache import Cache
+    from abicache.cli.main import main
+
+    built = Cache(tmp_path / "maintainer").for_target({"python.abi": "cp399"})
+    built.get_or_build("t", "x", {"extra": {"n": "1"}}, lambda out: (out / "f").write_bytes(b"x"),
+                       ["python.abi == cp399"])
+    assert main(["bundle", "--out", str(tmp_path / "shipped"), "--root", str(tmp_path / "maintainer"), "x"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("ABICACHE_READ_STORES", str(tmp_path / "shipped"))
+    assert main(["explain", "x", "--root", str(tmp_path / "user"), "--json"]) == 1  # nothing loads: a miss
+    (row,) = [r["read_only"] for r in json.loads(capsys.readouterr().out)]
+    assert row["store"] == str(tmp_path / "shipped") and row["verdict"].startswith("needs python.abi == cp399")

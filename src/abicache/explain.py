@@ -13,6 +13,7 @@ from . import tiers
 from .errors import ManifestError
 from .requirements import FactSource
 from .store import Manifest, Store
+from .store.local import children
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,24 @@ def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[
         return (f"No prebuilt {kind} {name!r} is in the local store or a read-only store (ABICACHE_READ_STORES, "
                 "the abicache.stores entry points of installed packages).")
     return f"No prebuilt {kind} {name!r} fits this environment:\n" + "\n".join(lines)
+
+
+def tier_variants(kind: str | None, name: str, unmet: Callable[[Manifest], list[Any]]) -> list[dict[str, str]]:
+    """Every variant of (kind, name) the read-only stores hold, and whether it loads here or the
+    requirements it lacks: the trace `abicache explain NAME` shows beside the local entries."""
+    rows = []
+    for tier in tiers.tiers():
+        kinds = [kind] if kind else sorted(p.name for p in children(tier.store.layout.entries))
+        for each in kinds:
+            for vdir in itertools.islice(tier.store.iter_name_variants(each, name), 64):
+                try:
+                    manifest = tier.store.read_manifest(vdir)
+                except (OSError, ManifestError):
+                    continue
+                lacking = "; ".join(str(u) for u in unmet(manifest))
+                rows.append({"store": str(tier.root), "kind": manifest.kind, "variant": manifest.variant,
+                             "key": manifest.key, "verdict": f"needs {lacking}" if lacking else "loads here"})
+    return rows
 
 
 def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]],

@@ -187,18 +187,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.name is None:
         raise UsageError("abicache explain: name an entry (abicache explain mylib), or ask for the last misses "
                          "(abicache explain --last)")
+    from ..explain import tier_variants
+
     kinds = sorted({m.kind for _, m in manifests_of(cache) if m.name == args.name})
     if args.kind:
         kinds = [args.kind]
-    if not kinds:
-        raise NotFound(f"nothing named {args.name!r} is in the cache at {cache.root}")
+    shipped = tier_variants(args.kind, args.name, lambda m: cache._checked(m.requirements).unmet(cache.facts))
+    if not kinds and not shipped:
+        raise NotFound(f"nothing named {args.name!r} is in the cache at {cache.root} nor in a read-only store")
     explanations = [cache.explain(kind, args.name) for kind in kinds]
     if args.json:
-        render.emit_json([e.to_dict() for e in explanations])
+        render.emit_json([*(e.to_dict() for e in explanations), *({"read_only": row} for row in shipped)])
     else:
         for e in explanations:
             render.say("\n".join(e.lines()))
-    return 0 if all(e.hit for e in explanations) else 1  # as documented: a miss exits 1
+        if shipped:
+            render.table(f"{args.name} in the read-only stores", ["store", "kind", "variant", "here"],
+                         [(r["store"], r["kind"], r["variant"], r["verdict"]) for r in shipped])
+    loads = any(r["verdict"] == "loads here" for r in shipped)
+    return 0 if all(e.hit for e in explanations) and (explanations or loads) else 1  # a miss exits 1
 
 
 def _explain_last(cache: Cache, args: argparse.Namespace) -> int:
