@@ -102,7 +102,56 @@ def check_compile_and_launch(ctx: Context) -> list[dict]:
         gpu_driver.unload(answer.module)
         rows.append(row("1 compile+launch", case, "pass" if error == 0 else "FAIL",
                         f"{built}; loaded from the store, launched on {ctx.device_arch}: max |x*3 - numpy| = {error}"))
-    return rows + [_cuda_core(ctx)] + _arch_model_vs_driver(ctx)
+    return rows + [_cuda_core(ctx), _chosen_variant(ctx)] + _arch_model_vs_driver(ctx)
+
+
+def _chosen_variant(ctx: Context) -> dict:
+    """One kernel shipped as a variant per arch (sm_80, sm_90, sm_90a, sm_100f cubins and compute_80
+    PTX, one job each, bundled into one read-only store): the variant a fresh store takes for this
+    machine's GPU, loaded by the driver and launched."""
+    from abicache import Cache, cuda, tiers
+    from abicache.bundle import write_store
+
+    case = "the variant chosen for this GPU"
+    missing = _nvcc_ok()
+    if missing:
+        return row("1 compile+launch", case, "skip", missing)
+    inputs = {"sources": {"scale.cu": KERNEL}, "extra": {"per-arch builds": "1"}}
+    chosen = []
+    for arch, output in (("sm_80", "cubin"), ("sm_90", "cubin"), ("sm_90a", "cubin"), ("sm_100f", "cubin"),
+                         ("compute_80", "ptx")):
+        device = {"gpu.arch": "sm_" + arch.split("_")[1].rstrip("af"), "cuda.driver": "13.0"}
+        try:
+            made = cuda.compile(KERNEL, arch=arch, output=output, compiler="nvcc", cache=ctx.cache.for_target(device))
+        except Exception:  # noqa: BLE001 - an nvcc that lacks the arch: that variant is not shipped
+            continue
+        job = Cache(ctx.work / f"job-{arch}").for_target(device)
+        art = job.get_or_build("gpu.kernel", "scale", inputs,
+                               lambda out, d=made.data, o=output: (out / f"scale.{o}").write_bytes(d))
+        chosen.append((art.path, art.manifest))
+    shipped = ctx.work / "shipped-per-arch"
+    write_store(chosen, shipped)
+    os.environ["ABICACHE_READ_STORES"] = str(shipped)
+    tiers.forget()
+    try:
+        art = Cache(ctx.work / "user").lookup("gpu.kernel", "scale", inputs)
+    finally:
+        del os.environ["ABICACHE_READ_STORES"]
+    variants = ", ".join(str(r) for _, m in chosen for r in m.requirements if r.name == "gpu.arch")
+    if ctx.no_gpu:
+        return row("1 compile+launch", case, "skip", f"{len(chosen)} variants ({variants}); which one a GPU takes "
+                   f"needs one: {ctx.no_gpu}")
+    if art is None:
+        return row("1 compile+launch", case, "FAIL", f"none of {variants} was taken for {ctx.device_arch}")
+    taken = next(str(r) for r in art.requirements if r.name == "gpu.arch")
+    answer = gpu_driver.load(art.file().read_bytes())
+    if not answer.ok:
+        return row("1 compile+launch", case, "FAIL", f"took {taken} for {ctx.device_arch}; the driver refused it: "
+                   f"{answer.code}")
+    error = gpu_driver.launch_scale(answer.module)
+    gpu_driver.unload(answer.module)
+    return row("1 compile+launch", case, "pass" if error == 0 else "FAIL",
+               f"of {variants}: took {taken} for {ctx.device_arch}, loaded and launched: max |x*3 - numpy| = {error}")
 
 
 def _cuda_core(ctx: Context) -> dict:
