@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from abicache import Cache, cc, cuda
-from abicache.cli.main import main
 from abicache.env import probes
 from conftest import SRC, need
 from corpus import TORCH_STABLE
