@@ -263,7 +263,11 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         render.say(f"{len(chosen)} variants of {names} -> {made[0].out} (ABICACHE_READ_STORES={made[0].out}, or ship it "
                    "in a package: abicache bundle --wheel)")
         return 0
-    render.table(f"{len(chosen)} variants of {names}", ["wheel", "group", "variants", "size"],
+    where = {(m.kind, m.key, m.variant): b.out.name for b in made for m in b.entries}
+    render.table(f"{len(chosen)} variants of {names}", ["kind", "name", "variant", "size", "wheel"],
+                 sorted((m.kind, m.name, m.variant, render.human_size(sum(f.size for f in m.files)),
+                         where.get((m.kind, m.key, m.variant), "")) for _, m in chosen))
+    render.table("wheels", ["wheel", "group", "variants", "size"],
                  [(b.out.name, b.group or "(base)", len(b.entries), render.human_size(b.size)) for b in made])
     render.say("pip install the base wheel and the providers a machine needs: abicache finds their stores")
     return 0
