@@ -5,8 +5,9 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -99,3 +100,22 @@ def gpu_present() -> str | None:
     if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
         return "the driver sees no GPU"
     return None
+
+
+@contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of that size mounted at folder (remount it read-only with read_only()); mounting
+    needs root: skipped with the reason otherwise. Unmounted after."""
+    folder.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()[:80]}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def read_only(mount: Path) -> None:
+    assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0

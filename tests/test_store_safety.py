@@ -29,7 +29,7 @@ import hostile
 from abicache import Cache, cc
 from abicache.errors import AbicacheError, BuildError, ConfigError, UntrustedRootError
 from abicache.store.verify import verify_store
-from conftest import SRC, run_py, writer
+from conftest import SRC, read_only, run_py, tmpfs, writer
 from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
 
 INPUTS = {"sources": {"x.txt": "payload"}}
@@ -557,16 +557,8 @@ def test_a_small_entry_is_not_held_back_to_be_stamped(root: Path, monkeypatch: p
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (mounting needs root: skipped with the reason otherwise)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()[:80]}")
-    try:
+    with tmpfs(tmp_path / "small", "2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_disk: Path) -> None:
@@ -583,7 +575,7 @@ def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_
     assert verify_store(cache.store, full=True).clean
     orphans = [b.path for b in cache.store.iter_blobs() if os.stat(b.path).st_nlink < 2]
     assert orphans == [], orphans  # a blob no entry links to, left by the failed publish
-    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    read_only(small_disk)
     fresh = Cache(small_disk / "store", remote=False)
     assert fresh.get_or_build("t", "small", {"extra": {}}, _never).file().read_bytes() == b"x" * 1000
     done = subprocess.run([sys.executable, "-m", "abicache", "gc", "--max-size", "0", "--root",
@@ -607,7 +599,7 @@ def test_a_read_only_store_serves_hits_and_builds_misses_into_the_users_own(
     store = small_disk / "store"
     inputs = {"extra": {"n": "1"}}
     kept = Cache(store, remote=False).get_or_build("t", "kept", inputs, lambda out: (out / "f").write_bytes(b"k"))
-    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    read_only(small_disk)
     cache = Cache(store, remote=False)
     assert cache.get_or_build("t", "kept", inputs, _never).path == kept.path
     with pytest.warns(AbicacheWarning, match="misses build into .*xdg/abicache") as said:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import SRC, need
+from conftest import SRC, need, read_only, tmpfs
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
 LOAD = textwrap.dedent("""
@@ -40,21 +40,12 @@ LOAD = textwrap.dedent("""
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs that can be remounted read-only (mounting needs root: skipped with the reason otherwise)."""
-    where = tmp_path / "mnt"
-    where.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True,
-                          text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()[:80]}")
-    try:
+    with tmpfs(tmp_path / "mnt", "64m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def _read_only(mount: Path) -> None:
-    assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+    read_only(mount)
 
 
 def _bare_path(tmp_path: Path) -> str:

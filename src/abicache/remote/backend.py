@@ -115,6 +115,32 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class Static:
+    """What a backend that keeps no build leases nor shared failures answers (a folder, a
+    static web server: places to publish and read, not a fleet's meeting point)."""
+
+    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
+        return None
+
+    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
+        return None
+
+    def leases(self) -> Iterator[Listed]:
+        return iter(())
+
+    def server_time(self) -> float | None:
+        return None
+
+    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
+        return None
+
+    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 class Listed(NamedTuple):
     name: str  # "kind/key/variant" for a manifest, the sha256 for a blob
     size: int

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Listed, Sink, Tag, blob_name, entry_prefix, names_prefix
+from .backend import CHUNK, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
 from .url import RemoteURL
 
 #: the per-key index a static server serves in place of a listing
@@ -54,7 +54,7 @@ def parse_index(data: bytes, limit: int) -> list[Listed]:
     return out
 
 
-class FolderBackend:
+class FolderBackend(Static):
     def __init__(self, url: RemoteURL, timeout: float) -> None:
         self._root = Path("/" + url.path)
 
@@ -224,30 +224,8 @@ class FolderBackend:
             except FileNotFoundError:
                 pass
 
-    # A folder keeps no build leases nor shared failures (its settings' lease is 0).
-    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
-        return None
-
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
-        raise RemoteError(f"a folder remote ({self._root}) keeps no build leases")
-
-    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
-        return None
-
-    def leases(self) -> Iterator[Listed]:
-        return iter(())
-
-    def server_time(self) -> float | None:
-        return None
-
-    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
-        return None
-
-    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
+        raise RemoteError(f"a folder remote ({self._root}) keeps no build leases (its settings' lease is 0)")
 
 
 def _names(folder: Path, files: bool = False) -> list[str]:

@@ -16,17 +16,17 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import RemoteError
-from .backend import CHUNK, MIN_RATE, Listed, Sink, Tag, blob_name, entry_prefix, first_line
+from .backend import CHUNK, MIN_RATE, Listed, Sink, Static, blob_name, entry_prefix, first_line
 from .folder import INDEX_BYTES, index_name, names_index, parse_index
 from .url import RemoteURL
 
 _READ = 64 << 10
 
 
-class HttpBackend:
+class HttpBackend(Static):
     def __init__(self, url: RemoteURL, timeout: float) -> None:
         self._base = f"{url.scheme}://{url.location}/{url.path}".rstrip("/") + "/"
         self._shown = url.redacted()
@@ -112,26 +112,6 @@ class HttpBackend:
     put_manifest = write_blob = delete_manifest = delete_blob = set_marks = clear_marks = put_name = _read_only
     put_lease = entries = variants = blobs = marks = _read_only
 
-    def read_lease(self, kind: str, key: str) -> tuple[bytes, Tag, float | None] | None:
-        return None
-
-    def drop_lease(self, kind: str, key: str, tag: Tag) -> None:
-        return None
-
-    def leases(self) -> Iterator[Listed]:
-        return iter(())
-
-    def server_time(self) -> float | None:
-        return None
-
-    def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
-        return None
-
-    def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 def _tls_context(ca: str) -> Any:
