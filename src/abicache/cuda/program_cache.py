@@ -28,9 +28,7 @@ says what to pass.
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache import Cache, default_cache
@@ -42,6 +40,7 @@ except ImportError:
     raise MissingExtraError("abicache.cuda.program_cache needs cuda.core 1.2 or later, which is not installed; "
                             "install it with: pip install 'abicache[cuda-core]'") from None
 from ..store import counters
+from ..store.local import subdirs
 
 KIND = "cuda_core.program"
 
@@ -109,9 +108,9 @@ class ProgramCache(ProgramCacheResource):
     def _variant_dirs(self) -> Any:
         self._cache.store.ensure()
         kind_dir = self._cache.store.layout.entries / KIND
-        for prefix in _folders(kind_dir):
-            for key_dir in _folders(prefix):
-                yield from _folders(key_dir)
+        for prefix in subdirs(kind_dir):
+            for key_dir in subdirs(prefix):
+                yield from subdirs(key_dir)
 
     @staticmethod
     def _cache_inputs(inputs: Mapping[str, Any]) -> Any:
@@ -139,10 +138,3 @@ def _suffix(data: bytes) -> str:
         return ".ptx"
     return ".bin"
 
-
-def _folders(path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as it:
-            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and e.name[0] != ".")
-    except (FileNotFoundError, NotADirectoryError):
-        return []

@@ -101,7 +101,7 @@ class Store:
     # ---- read side -------------------------------------------------------
 
     def variant_dirs(self, kind: str, key: str) -> list[Path]:
-        return _subdirs(self.layout.key_dir(kind, key))
+        return subdirs(self.layout.key_dir(kind, key))
 
     def read_manifest(self, vdir: Path) -> Manifest:
         """The validated manifest of a variant dir; it must describe that very
@@ -521,21 +521,21 @@ class Store:
 
     def iter_variant_dirs(self) -> Iterator[Path]:
         """Every variant directory: entries/<kind>/<xx>/<key>/<variant>."""
-        for kind_dir in _subdirs(self.layout.entries):
-            for prefix in _subdirs(kind_dir):
-                for key_dir in _subdirs(prefix):
-                    yield from _subdirs(key_dir)
+        for kind_dir in subdirs(self.layout.entries):
+            for prefix in subdirs(kind_dir):
+                for key_dir in subdirs(prefix):
+                    yield from subdirs(key_dir)
 
     def iter_name_variants(self, kind: str, name: str) -> Iterator[Path]:
         """Variant directories of the keys built under (kind, name), by the index."""
         for key in self.keys_named(kind, name):
             try:
-                yield from _subdirs(self.layout.key_dir(kind, key))
+                yield from subdirs(self.layout.key_dir(kind, key))
             except ValueError:
                 continue  # not a key's name: the index is advisory
 
     def iter_blobs(self) -> Iterator[os.DirEntry[str]]:
-        for prefix in _subdirs(self.layout.blobs):
+        for prefix in subdirs(self.layout.blobs):
             try:
                 with os.scandir(prefix) as it:
                     yield from (e for e in it if e.is_file(follow_symlinks=False))
@@ -626,7 +626,7 @@ def children(path: Path) -> list[Path]:
         return []
 
 
-def _subdirs(path: Path) -> list[Path]:
+def subdirs(path: Path) -> list[Path]:
     """Real folders in path; names starting with '.' are folders moved aside."""
     try:
         with os.scandir(path) as it:
