@@ -25,7 +25,7 @@ FLOORS: list[set[str]] = [
     {"store"},
     {"remote"},
     {"replicate", "explain", "asked", "fallback", "tiers", "bundle"},
-    {"cache"},
+    {"cache", "artifact", "finding", "making", "single_flight", "counting"},
     {"engine"},
     {"cc", "cuda", "torch", "torch_compile", "triton", "tvm_ffi", "patching", "dropin", "check", "torch_lines"},
     {"cli"},

@@ -515,9 +515,9 @@ def test_a_fresh_entry_is_stamped_at_publish_but_not_an_unhashed_blob(root: Path
     """The first hit need not hash what publish just hashed; a file that became
     a link to a blob already in the store (not hashed by this publish) is not
     stamped, so a damaged blob is still found."""
-    from abicache.store import blobs, local, stamps
+    from abicache.store import blobs, publishing, stamps
 
-    monkeypatch.setattr(local, "_WAIT_BYTES", 0)  # stamp whatever the size (small entries skip the wait)
+    monkeypatch.setattr(publishing, "_WAIT_BYTES", 0)  # stamp whatever the size (small entries skip the wait)
     data = os.urandom(4096)
     first = Cache(root).get_or_build("t", "a", INPUTS, writer({"lib.so": data}))
     assert stamps.read(first.path, lambda st: True).files  # stamped at publish
@@ -543,13 +543,13 @@ def test_a_fresh_entry_is_stamped_at_publish_but_not_an_unhashed_blob(root: Path
 def test_a_small_entry_is_not_held_back_to_be_stamped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Publish waits (up to stamps.FINE_SECONDS) to stamp only what is worth it: a small
     entry is published at once and its first hit hashes it, a large one is stamped."""
-    from abicache.store import local, stamps
+    from abicache.store import publishing, stamps
 
     slept = []
-    monkeypatch.setattr(local.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(publishing.time, "sleep", lambda s: slept.append(s))
     small = Cache(root).get_or_build("t", "small", INPUTS, writer({"lib.so": os.urandom(4096)}))
     assert not slept and not stamps.read(small.path, lambda st: True).files
-    monkeypatch.setattr(local, "_WAIT_BYTES", 1024)
+    monkeypatch.setattr(publishing, "_WAIT_BYTES", 1024)
     Cache(root).get_or_build("t", "large", INPUTS, writer({"lib.so": os.urandom(4096)}))
     assert slept and 0 < slept[0] <= stamps.FINE_SECONDS + 0.002
 

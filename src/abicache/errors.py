@@ -160,3 +160,15 @@ def unwritable_store(exc: BaseException, root: object) -> StoreUnwritableError |
                                  f"{exc.strerror}{where}; {_FIXES[exc.errno]}")
     error.errno = exc.errno
     return error
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """An AbicacheWarning, once per process for each message."""
+    import warnings
+
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, AbicacheWarning, stacklevel=4)

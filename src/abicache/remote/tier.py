@@ -206,6 +206,26 @@ def _open(settings: RemoteSettings) -> Backend:
 _tiers: dict[RemoteSettings, Tier] = {}
 
 
+def tier_from(remote: str | RemoteSettings | bool | None) -> Tier | None:
+    """The tier of a Cache's remote argument: a URL, RemoteSettings, or None/True for
+    ABICACHE_REMOTE (a bad value there is warned about, and ignored: local hits go on)."""
+    from ..errors import warn_once
+
+    if remote is None or remote is True:
+        try:
+            settings = RemoteSettings.from_env()
+        except ConfigError as exc:
+            warn_once(f"abicache: ABICACHE_REMOTE is ignored, local cache only: {exc}")
+            return None
+    elif isinstance(remote, str):
+        settings = RemoteSettings.from_env(remote)
+    elif isinstance(remote, RemoteSettings):
+        settings = remote
+    else:
+        return None
+    return tier_for(settings) if settings is not None else None
+
+
 def tier_for(settings: RemoteSettings) -> Tier:
     """One Tier (client, counters) per configuration in a process."""
     tier = _tiers.get(settings)

@@ -1,39 +1,31 @@
-"""The local store: lookup, verification, atomic publish, quarantine.
-
-Publish protocol (DESIGN.md): build into tmp/<unique>/, hash and link every
-file to its blob, write and fsync the manifest, then rename the whole
-directory into entries/. A reader sees either no variant or a complete one,
-whatever is killed when; if the rename finds the variant there, another
-process won and its entry is used.
+"""The local store: its folders, reading and checking entries (owners, modes, sizes,
+stamps, recorded dependencies), quarantine, and enumeration. Its write side (stage,
+hash, link, commit: the publish protocol) is store/publishing.py.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
-import threading
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from ..errors import AbicacheWarning, BuildError, ManifestError, UntrustedRootError
+from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
 from . import blobs, deps, manifest as mf, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex
 from .manifest import Dependency, FileRecord, Manifest
+from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
 from .trust import Trust, ensure_root
 
 
 #: roots already checked in this process: (root as given, group) -> resolved root
 _ENSURED: dict[tuple[str, str | None], Path] = {}
 
-#: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
-BROKEN_PUBLISH = "ABICACHE_TEST_BROKEN_PUBLISH"
 
 
-class Store:
+class Store(Publishing):
     """One store root. `group` names the trusted group of a shared store
     (ABICACHE_SHARED); None keeps it private to the user (see trust.py)."""
 
@@ -270,207 +262,6 @@ class Store:
 
     # ---- write side ------------------------------------------------------
 
-    @contextmanager
-    def stage(self) -> Iterator[Path]:
-        """A fresh private directory under tmp/; removed if the block fails."""
-        import tempfile  # the write side is only reached on a miss
-
-        self.ensure(writing=True)
-        try:
-            path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
-        except FileNotFoundError:  # tmp/ was deleted under us: make it again
-            self.make_dir(self.layout.tmp)
-            path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=self.layout.tmp))
-        self.trust.fix_dir(path)  # becomes the variant folder: the store's mode, not mkdtemp's
-        try:
-            yield path
-        except BaseException:
-            self.remove_tree(path)
-            raise
-        if path.exists():  # not committed (e.g. lost the race)
-            self.remove_tree(path)
-
-    def collect(self, stage: Path) -> list[str]:
-        """The regular files a builder left in stage, as safe relative paths."""
-        top = stage.lstat()
-        if not stat.S_ISDIR(top.st_mode):  # replaced by a link: what it points at is not ours to publish or chmod
-            raise BuildError(f"the builder replaced its output directory {stage} with "
-                             f"{'a symbolic link' if stat.S_ISLNK(top.st_mode) else 'something else'}; "
-                             "write regular files into it instead")
-        found = []
-        for folder, dirs, files in os.walk(stage, onerror=_raise):  # a folder unread is not a folder empty
-            for name in dirs + files:
-                full = Path(folder) / name
-                rel = full.relative_to(stage).as_posix()
-                st = full.lstat()
-                if stat.S_ISLNK(st.st_mode):
-                    raise BuildError(f"the builder left a symbolic link {rel!r}; write regular files only")
-                try:
-                    mf.safe_relpath(rel)
-                except ManifestError as exc:
-                    raise BuildError(f"the builder wrote an unusable file: {exc}") from None
-                if stat.S_ISREG(st.st_mode):
-                    found.append(rel)
-                elif not stat.S_ISDIR(st.st_mode):
-                    raise BuildError(f"the builder left {rel!r}, which is not a regular file")
-        if not found:
-            raise BuildError(f"the builder wrote no files into its output directory {stage}")
-        return sorted(found)
-
-    def ingest(self, stage: Path, paths: Sequence[str]) -> tuple[FileRecord, ...]:
-        """Hash every file and make it a hard link to its blob. The mtime of
-        each file whose bytes were settled when hashed is kept, so commit can
-        stamp it and its first hit need not hash it again."""
-        for rel in paths:
-            _own_copy(stage / rel)
-        if sum(os.lstat(stage / rel).st_size for rel in paths) >= _WAIT_BYTES:
-            _wait_settled([stage / rel for rel in paths])  # worth it: the first hit will not hash them
-        records, marks = [], {}
-        for rel in paths:
-            path = stage / rel
-            seen = time.time_ns()
-            before = os.lstat(path)
-            digest, size = blobs.hash_file(path)
-            after = os.lstat(path)
-            if after.st_mtime_ns == before.st_mtime_ns and stamps.settled(after.st_mtime_ns, seen):
-                marks[rel] = (after.st_ino, after.st_mtime_ns)  # no write since well before the hash began
-            records.append(FileRecord(rel, digest, size, 0o555 if after.st_mode & 0o111 else 0o444))
-        self._adopt(stage, records)
-        self._marks[os.fspath(stage)] = marks
-        return tuple(records)
-
-    def _adopt(self, stage: Path, records: Sequence[FileRecord]) -> None:
-        for record in records:
-            blobs.adopt(stage / record.path, self.layout.blob(record.sha256, record.executable), record,
-                        self._blob_place)
-
-    def _blob_place(self, blob: Path) -> None:
-        """Make the folder of a blob, and move aside whatever there we may not trust."""
-        self.make_dir(blob.parent)
-        try:
-            st = os.lstat(blob)
-        except FileNotFoundError:
-            return
-        problem = self.trust.problem(st, f"blob {blob.name[:16]}")
-        if problem is None and stat.S_ISREG(st.st_mode):
-            return
-        aside = self.layout.quarantine / "untrusted-blobs"
-        self.make_dir(aside)
-        try:
-            os.replace(blob, aside / f"{blob.name}.{os.getpid()}-{time.monotonic_ns()}")
-        except FileNotFoundError:
-            pass
-
-    def commit_verified(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
-        """Commit files the caller has already hashed against the manifest
-        (a remote fetch hashes while it downloads): no second pass over them."""
-        self._adopt(stage, manifest.files)
-        return self.commit(stage, manifest)
-
-    def link_blob(self, record: FileRecord, dest: Path) -> bool:
-        """Put a hard link to the local blob of record at dest, if there is a
-        trusted one of the right size (the entry is hashed at its first hit)."""
-        blob = self.layout.blob(record.sha256, record.executable)
-        try:
-            st = os.lstat(blob)
-            if st.st_size != record.size or self.trust.problem(st, "blob") or not stat.S_ISREG(st.st_mode):
-                return False
-            os.link(blob, dest, follow_symlinks=False)
-        except OSError:
-            return False
-        return True
-
-    def commit(self, stage: Path, manifest: Manifest) -> tuple[Path, bool]:
-        """Write the manifest and rename stage into place; (dir, whether we won)."""
-        data = manifest.dumps(compact=True)  # read on every lookup: a third less to parse than indented
-        if len(data) > mf.MAX_BYTES:
-            raise BuildError(
-                f"{manifest.kind} {manifest.name!r}: its {len(manifest.files)} files need a manifest of "
-                f"{len(data) / 2**20:.1f} MiB, over the {mf.MAX_BYTES >> 20} MiB limit that every reader "
-                "enforces. Pack them into fewer files (an archive) or use shorter paths."
-            )
-        for folder in walk_dirs(stage):  # the builder's (or a download's) folders: the store's mode
-            self.trust.fix_dir(folder)
-        mpath = stage / mf.FILENAME
-        if not os.path.lexists(mpath):  # a second try after a lost race has written it
-            fd = os.open(mpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            blobs.fsync_dir(stage)
-        final = self.layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
-        self.make_dir(final.parent)
-        if os.environ.get(BROKEN_PUBLISH) == "1":
-            return self._copy_publish(stage, final, manifest)
-        try:
-            os.rename(stage, final)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            return final, False
-        # What was fsynced above makes the entry whole whenever the rename survives a crash;
-        # this only hastens the rename itself to disk, so it is not waited for (1.7 ms a publish)
-        threading.Thread(target=blobs.fsync_dir, args=(final.parent,), name="abicache-fsync", daemon=True).start()
-        self._index(manifest)
-        self._stamp_published(final, manifest, self._marks.pop(os.fspath(stage), {}))
-        return final, True
-
-    def _stamp_published(self, vdir: Path, manifest: Manifest, marks: Mapping[str, tuple[int, int]]) -> None:
-        """Stamp the files ingest hashed, so the first hit does not hash them
-        again (a 0.8 GB precompiled header costs 1.5 s). A file is stamped only
-        if it is the very inode ingest hashed (not a blob already there, which
-        was not hashed) with the mtime it had then (no write since), and its
-        ctime (the link into the blob store just set it) lies far enough in
-        the past: up to FINE_SECONDS are waited for; coarse timestamps are not."""
-        if not marks:
-            return
-        files = {r.path: vdir / r.path for r in manifest.files if r.path in marks}
-        try:
-            newest = max(os.lstat(p).st_ctime_ns for p in files.values())
-        except OSError:
-            return
-        wait = newest + stamps.window_ns(newest) - time.time_ns()
-        if wait > stamps.FINE_SECONDS * 1e9:
-            return  # whole-second timestamps: the first hit hashes instead
-        if wait > 0:
-            if sum(manifest.file(rel).size for rel in files) < _WAIT_BYTES:
-                return  # the first hit hashing them costs less than waiting here
-            time.sleep(wait / 1e9 + 0.001)
-        seen = time.time_ns()
-        witnessed = {}
-        for rel, path in files.items():
-            try:
-                st = os.lstat(path)
-            except OSError:
-                return
-            if (st.st_ino, st.st_mtime_ns) == marks[rel] and st.st_size == manifest.file(rel).size:
-                witnessed[rel] = stamps.witness(st)
-        if witnessed:
-            stamps.write(vdir, {}, witnessed, time.time() if len(witnessed) == len(manifest.files) else 0.0,
-                         seen_ns=seen)
-
-    def _copy_publish(self, stage: Path, final: Path, manifest: Manifest) -> tuple[Path, bool]:
-        """TEST ONLY (bench/faults.py and tests/test_crash.py prove the harness can
-        fail): publish by copying file by file, as hand-rolled caches do. A kill
-        leaves half-copied entries, and the copies are not the verified blobs;
-        never set BROKEN_PUBLISH outside those."""
-        import shutil
-
-        if final.exists():
-            return final, False
-        shutil.copytree(stage, final, copy_function=shutil.copyfile)  # file by file, bytes copied
-        self._index(manifest)
-        return final, True
-
-    def _index(self, manifest: Manifest) -> None:
-        marker = self.layout.name_marker(manifest.kind, manifest.name, manifest.key)
-        try:
-            self.make_dir(marker.parent)
-            marker.touch(mode=self.trust.file_mode)
-        except OSError:
-            pass  # the index only serves `explain`, and the lookups that know no key (asked.py)
 
     def log_event(self, name: str, line: str) -> None:
         """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
@@ -550,11 +341,6 @@ class Store:
             return None
 
 
-#: below this many bytes a build is not delayed (up to stamps.FINE_SECONDS) to stamp its files:
-#: hashing them at the first hit (about 1 GB/s) costs less than the wait
-_WAIT_BYTES = 32 << 20
-
-
 def _read_upto(fd: int, limit: int, size_hint: int = 1 << 20) -> bytes:
     """At most `limit` bytes; the first read asks for size_hint + 1 (the
     file's size, where known: no megabyte buffer allocated for a small file)."""
@@ -565,57 +351,6 @@ def _read_upto(fd: int, limit: int, size_hint: int = 1 << 20) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
-
-
-def _wait_settled(paths: Sequence[Path]) -> None:
-    """Let the newest write age past the timestamp window (at most FINE_SECONDS):
-    then a write after hashing must show in the mtime, and the file can be stamped."""
-    try:
-        newest = max(os.lstat(p).st_mtime_ns for p in paths)
-    except (OSError, ValueError):
-        return
-    wait = newest + stamps.window_ns(newest) - time.time_ns()
-    if 0 < wait <= stamps.FINE_SECONDS * 1e9:
-        time.sleep(wait / 1e9 + 0.001)
-
-
-def _own_copy(path: Path) -> None:
-    """A file a builder hard-linked from elsewhere (or that another user owns)
-    is replaced by a private copy: the store never chmods, links or keeps
-    an inode that something outside it can still write."""
-    st = path.lstat()
-    if st.st_nlink == 1 and (not hasattr(os, "geteuid") or st.st_uid == os.geteuid()):
-        return
-    import shutil
-
-    temp = path.with_name(f".abicache-copy-{os.getpid()}-{time.monotonic_ns()}")
-    shutil.copyfile(path, temp, follow_symlinks=False)
-    os.chmod(temp, stat.S_IMODE(st.st_mode) & 0o755)
-    os.replace(temp, path)
-
-
-def stage_in_use(stage: Path) -> bool:
-    """Whether a folder in tmp/ belongs to a build still running here: stages are named
-    '<pid>-...' by the process that builds into them (another machine's on a shared
-    store cannot be told apart from a live one, so it counts as in use too)."""
-    pid, _, _ = stage.name.partition("-")
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-def walk_dirs(top: Path) -> Iterator[Path]:
-    """Every folder under top (not following links), top first."""
-    yield top
-    for folder, dirs, _ in os.walk(top):
-        for name in dirs:
-            yield Path(folder) / name
 
 
 def children(path: Path) -> list[Path]:
@@ -633,7 +368,3 @@ def subdirs(path: Path) -> list[Path]:
             return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and e.name[0] != ".")
     except (FileNotFoundError, NotADirectoryError):
         return []
-
-
-def _raise(exc: OSError) -> None:
-    raise exc
