@@ -87,7 +87,7 @@ print(json.dumps({{"ms": (time.perf_counter() - start) * 1e3}}))
 """
 KERNELS_FLOOR = """
 import ctypes, json, time
-paths = {paths!r}
+paths = json.load(open({paths!r}))[:{count}]
 start = time.perf_counter()
 for n, path in enumerate(paths):
     assert getattr(ctypes.CDLL(path), f"k{{n}}")(1) == 1 + n
@@ -138,11 +138,13 @@ def bench_kernels(work: Path, counts: list[int], runs: int) -> list[dict[str, fl
     for vdir in root.glob("v1/entries/cc.library/*/*/*"):
         manifest = json.loads((vdir / "manifest.json").read_text())
         paths[int(manifest["name"][1:])] = str(vdir / next(iter(manifest["files"])))
+    listed = work / "kernel-paths.json"  # a file: a thousand paths are too long for one argument
+    listed.write_text(json.dumps([paths[n] for n in range(max(counts))]))
     out = []
     for count in counts:
         ours = statistics.median(run_json(KERNELS_LOAD.format(src=SRC, root=str(root), count=count), env)["ms"]
                                  for _ in range(runs))
-        floor = statistics.median(run_json(KERNELS_FLOOR.format(paths=[paths[n] for n in range(count)]), env)["ms"]
+        floor = statistics.median(run_json(KERNELS_FLOOR.format(paths=str(listed), count=count), env)["ms"]
                                   for _ in range(runs))
         out.append({"kernels": count, "abicache_ms": ours, "floor_ms": floor, "per_kernel_ms": ours / count})
     return out
@@ -158,7 +160,10 @@ def main() -> None:
                    env=base_env())
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-scale-"))
     try:
-        stores = [bench_store(work, int(n), args.runs) for n in args.sizes.split(",") if n]
+        stores = []
+        for n in (int(n) for n in args.sizes.split(",") if n):
+            stores.append(bench_store(work, n, args.runs))
+            print(json.dumps(stores[-1]), flush=True)  # a long run says what it has so far
         kernels = bench_kernels(work, [int(n) for n in args.kernels.split(",") if n], args.runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
