@@ -614,6 +614,11 @@ def test_a_read_only_store_serves_hits_and_builds_misses_into_the_users_own(
     assert later.get_or_build("t", "new", inputs, _never).file().read_bytes() == b"n"
     assert cc.build_library("adder", 'extern "C" int add(int a, int b) { return a + b; }', cache=later).hit
     assert not any(os.scandir(store / "v1" / "tmp"))  # nothing staged in the read-only store
+    # a view for another machine, made after the fallback exists, falls back with its own facts
+    target = cache.for_target({"python.abi": "cp399"})
+    other = target.get_or_build("t", "elsewhere", inputs, lambda out: (out / "f").write_bytes(b"e"),
+                                ["python.abi == cp399"])
+    assert str(other.path).startswith(str(fallback_root)) and other.requirements.to_list() == ["python.abi == cp399"]
 
 
 def _never(out: Path) -> None:

@@ -187,3 +187,29 @@ def test_explain_lists_each_read_only_variant_and_why_it_does_not_load(
     assert main(["explain", "x", "--root", str(tmp_path / "user"), "--json"]) == 1  # nothing loads: a miss
     (row,) = [r["read_only"] for r in json.loads(capsys.readouterr().out)]
     assert row["store"] == str(tmp_path / "shipped") and row["verdict"].startswith("needs python.abi == cp399")
+
+
+def test_a_wheels_entry_reaches_a_read_only_local_store_through_its_fallback(
+        mount: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel's store keeps each file once (blobs only): its entry is copied into the local
+    store at first use. Where the local store is read-only, that copy goes to the user's own
+    fallback store, for lookup() as for get_or_build(), rather than failing."""
+    from abicache import Cache, tiers
+    from abicache.bundle import write_store
+
+    maintainer = Cache(tmp_path / "maintainer")
+    built = maintainer.get_or_build("t", "x", {"extra": {"n": "1"}}, lambda out: (out / "f").write_bytes(b"x"))
+    write_store([(built.path, built.manifest)], tmp_path / "shipped", blobs=True)
+    assert not list((tmp_path / "shipped").rglob("f"))  # the file is a blob only
+    Cache(mount / "local").store.ensure(writing=True)
+    read_only(mount)
+    monkeypatch.setenv("ABICACHE_READ_STORES", str(tmp_path / "shipped"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    tiers.forget()
+    with pytest.warns(Warning, match="misses build into"):
+        found = Cache(mount / "local").lookup("t", "x", {"extra": {"n": "1"}})
+    assert found is not None and found.file().read_bytes() == b"x"
+    assert str(found.path).startswith(str(tmp_path / "xdg")), found.path
+    again = Cache(mount / "local").get_or_build("t", "x", {"extra": {"n": "1"}},
+                                                lambda out: (_ for _ in ()).throw(AssertionError("built")))
+    assert again.file().read_bytes() == b"x"

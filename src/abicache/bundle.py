@@ -37,6 +37,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
+from .config import human_size
 from .errors import AbicacheError, ManifestError, UsageError
 from .store import Manifest, Store
 from .store.layout import name_digest
@@ -275,20 +276,12 @@ def write_wheels(chosen: Sequence[tuple[Path, Manifest]], requirement: str, out_
                 done.out.unlink(missing_ok=True)
             largest = max(members, key=lambda vm: sum(f.size for f in vm[1].files))[1] if members else None
             raise UsageError(
-                f"the wheel {wheel.out.name} ({'base' if not group else 'group ' + group}) is {_human(size)}, "
-                f"over --max-size {_human(max_size)}"
+                f"the wheel {wheel.out.name} ({'base' if not group else 'group ' + group}) is {human_size(size)}, "
+                f"over --max-size {human_size(max_size)}"
                 + (f" (its largest entry: {largest.kind} {largest.name}, variant {largest.variant})" if largest else "")
                 + ": split it further (--split-by arch, torch or python) or bundle fewer names")
         made.append(wheel._replace(group=group, size=size))
     return made
-
-
-def _human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"
 
 
 def _parse_requirement(requirement: str) -> tuple[str, str]:

@@ -98,6 +98,7 @@ class Cache(Finding, SingleFlight, Making, Counting):
         view = copy.copy(self)
         view.__dict__.update(changes)
         view._memo = {}  # memo entries were judged under other facts or pins
+        view._fallen = None  # a fallback store, too, judges with the view's facts and pins
         return view
 
     # ---- keys and lookup -------------------------------------------------

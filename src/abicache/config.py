@@ -209,6 +209,15 @@ def parse_size(text: str) -> int | None:
     return None if match is None else int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
+def human_size(n: float) -> str:
+    """Bytes as people read them: 512 B, 14.7 KiB, 1.9 GiB (parse_size reads them back)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
 def size(name: str) -> int | None:
     """A size setting in bytes; None when it is empty (no cap)."""
     raw = _raw(name).strip()

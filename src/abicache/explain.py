@@ -7,7 +7,7 @@ import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import tiers
 from .errors import ManifestError
@@ -262,19 +262,30 @@ def explain_miss(store: Store, facts: FactSource, miss: Mapping[str, Any]) -> Ex
 # ---- nothing fits ----------------------------------------------------------------
 
 
+def _variants(kind: str | None, name: str, local: Store | None) -> Iterator[tuple[str, Manifest]]:
+    """(where, manifest) of every variant of (kind, name) in the local store (if given) and the
+    read-only stores; kind None: of every kind. At most 64 a store and kind."""
+    stores = ([("the local store", local)] if local is not None else []) + [(str(t.root), t.store)
+                                                                            for t in tiers.tiers()]
+    for where, store in stores:
+        kinds = [kind] if kind else sorted(p.name for p in children(store.layout.entries))
+        for each in kinds:
+            for vdir in itertools.islice(store.iter_name_variants(each, name), 64):
+                try:
+                    yield where, store.read_manifest(vdir)
+                except (OSError, ManifestError):
+                    continue
+
+
+def _lacking(manifest: Manifest, unmet: Callable[[Manifest], list[Any]]) -> str:
+    return "; ".join(str(u) for u in unmet(manifest))
+
+
 def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]]) -> str:
     """Where a build cannot run (no compiler): the variants of (kind, name) the local store
     and the read-only stores hold, and what each needs that this environment lacks."""
-    lines = []
-    for where, store in [("the local store", local), *((f"{t.root}", t.store) for t in tiers.tiers())]:
-        for vdir in itertools.islice(store.iter_name_variants(kind, name), 16):
-            try:
-                manifest = store.read_manifest(vdir)
-            except (OSError, ManifestError):
-                continue
-            lacking = "; ".join(str(u) for u in unmet(manifest))
-            lines.append(f"  {where}: variant {manifest.variant} " + (f"needs {lacking}" if lacking else
-                         f"was built from other inputs (abicache explain {name})"))
+    lines = [f"  {where}: variant {m.variant} " + (f"needs {_lacking(m, unmet)}" if _lacking(m, unmet) else
+             f"was built from other inputs (abicache explain {name})") for where, m in _variants(kind, name, local)]
     if not lines:
         return (f"No prebuilt {kind} {name!r} is in the local store or a read-only store (ABICACHE_READ_STORES, "
                 "the abicache.stores entry points of installed packages).")
@@ -284,19 +295,9 @@ def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[
 def tier_variants(kind: str | None, name: str, unmet: Callable[[Manifest], list[Any]]) -> list[dict[str, str]]:
     """Every variant of (kind, name) the read-only stores hold, and whether it loads here or the
     requirements it lacks: the trace `abicache explain NAME` shows beside the local entries."""
-    rows = []
-    for tier in tiers.tiers():
-        kinds = [kind] if kind else sorted(p.name for p in children(tier.store.layout.entries))
-        for each in kinds:
-            for vdir in itertools.islice(tier.store.iter_name_variants(each, name), 64):
-                try:
-                    manifest = tier.store.read_manifest(vdir)
-                except (OSError, ManifestError):
-                    continue
-                lacking = "; ".join(str(u) for u in unmet(manifest))
-                rows.append({"store": str(tier.root), "kind": manifest.kind, "variant": manifest.variant,
-                             "key": manifest.key, "verdict": f"needs {lacking}" if lacking else "loads here"})
-    return rows
+    return [{"store": where, "kind": m.kind, "variant": m.variant, "key": m.key,
+             "verdict": f"needs {_lacking(m, unmet)}" if _lacking(m, unmet) else "loads here"}
+            for where, m in _variants(kind, name, None)]
 
 
 def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]],
@@ -305,18 +306,10 @@ def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], li
     and this environment's facts that the variants' requirements name."""
     from .env.facts import FACT_NAMES
 
-    named = {r.name for store in [local, *(t.store for t in tiers.tiers())]
-             for vdir in itertools.islice(store.iter_name_variants(kind, name), 16)
-             for r in _requirements(store, vdir)} or {"platform.machine", "python.abi", "torch.version", "gpu.arch"}
+    named = {r.name for _, m in _variants(kind, name, local) for r in m.requirements} \
+        or {"platform.machine", "python.abi", "torch.version", "gpu.arch"}
     here = ", ".join(f"{n}={facts.get(n)}" for n in FACT_NAMES if n in named)
     return (f"{kind} {name!r} is in no store, and ABICACHE_BUILD=never forbids building it here.\n"
             f"{no_fit(kind, name, local, unmet)}\nThis environment: {here}.\n"
             "Ship a variant for it (abicache bundle --check --env ... shows which), or let it build "
             "(ABICACHE_BUILD=auto).")
-
-
-def _requirements(store: Store, vdir: Any) -> Any:
-    try:
-        return store.read_manifest(vdir).requirements
-    except (OSError, ManifestError):
-        return ()

@@ -84,7 +84,10 @@ class Tier:
             if not project_files_hold(manifest, bases):
                 continue
             if manifest.files and not os.path.lexists(vdir / manifest.files[0].path) and local is not None:
-                got = self.materialize(manifest, local)
+                try:
+                    got = self.materialize(manifest, local)
+                except OSError:  # a local store that cannot be written: the miss goes to its fallback
+                    continue
                 if got is not None:
                     return got
             elif self.intact(vdir, manifest):

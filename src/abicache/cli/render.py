@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
+from ..config import human_size  # noqa: F401  (the commands' name for it)
+
 
 def emit_json(doc: Any) -> None:
     # one write: json.dump writes each token on its own (half a second for 10,000 entries)
@@ -69,12 +71,6 @@ def _console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
 
 
-def human_size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def ago(timestamp: float) -> str:
