@@ -7,12 +7,19 @@ Checks (bench/gpu_suite/gpu_checks.py), each against a reference computed anothe
   2. the driver-version floor: cuda.driver against cuDriverGetVersion, and PTX of a newer
      ISA than the driver knows, refused by both for the same reason;
   3. Triton through abicache.triton, launched; fresh processes served from the store;
-     first launch in a fresh process against Triton's default cache;
+     first launch in a fresh process against Triton's default cache and against the
+     floor (Triton's own path with every lookup answered from memory; the same cubin
+     through cuModuleLoadData by hand);
   4. torch CUDA extensions (classic with cuda_sources; a stable-ABI op with CUDA
-     sources) called on CUDA tensors; fresh-process hit against torch's load_inline;
+     sources) called on CUDA tensors; fresh-process hit against torch's load_inline
+     and against the floor (the same .so imported by path);
   5. a program linked against `abicache stub cudart`, run against the real runtime
      (malloc, memcpy, a launch through the runtime) and with no runtime at all;
-  6. gpu.arch, cuda.driver and cuda.runtime facts against nvidia-smi and the loader.
+  6. gpu.arch, cuda.driver and cuda.runtime facts against nvidia-smi and the loader;
+  7. a CUDA extension kept as a source tree, load()ed warm: against torch's load()
+     and the floor (bench/gpu_suite/gpu_speed.py);
+  8. 1 to 1,000 distinct Triton kernels launched from the store in one fresh process,
+     against Triton's own cache (ABICACHE_GPU_KERNELS=1,10,100,1000).
 Without a GPU it runs what can run (compiles, the stub with no runtime, the model's
 verdicts) and says for each skipped row what was missing. Prints a table, writes
 bench/results/gpu.json; exits 1 if any row fails.
@@ -40,6 +47,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE] + [str(_HERE / "gpu_suite")]
 
 import gpu_checks  # noqa: E402
+import gpu_speed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,20 +86,23 @@ def run_facts(ctx: gpu_checks.Context) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-gpu", action="store_true", help="run only what needs no GPU, even if one is present")
-    parser.add_argument("--only", help="comma-separated check numbers, e.g. 1,5")
+    parser.add_argument("--only", help="comma-separated check numbers, run in that order, e.g. 3,8,1")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu.json")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (its path is printed)")
+    parser.add_argument("--profile", type=Path, help="also run each abicache hit once under cProfile; append the "
+                        "top functions to this file")
     args = parser.parse_args()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="abicache-gpu-"))
     try:
-        ctx = gpu_checks.Context(work, args.no_gpu)
+        ctx = gpu_checks.Context(work, args.no_gpu, args.profile and args.profile.resolve())
         facts = run_facts(ctx)
         rows = []
-        chosen = set(args.only.split(",")) if args.only else None
-        for name, check in gpu_checks.CHECKS:
-            if chosen and name.split()[0] not in chosen:
-                continue
+        every = gpu_checks.CHECKS + gpu_speed.CHECKS
+        # --only runs the checks in the order it names them (the first ones first where time is short)
+        chosen = [(n, c) for want in args.only.split(",") for n, c in every if n.split()[0] == want.strip()] \
+            if args.only else every
+        for name, check in chosen:
             t = time.perf_counter()
             print(f"bench/gpu: check {name} ...", file=sys.stderr, flush=True)
             try:
@@ -102,6 +113,7 @@ def main() -> int:
             for r in got:
                 r["seconds"] = round(time.perf_counter() - t, 2)
             rows += got
+            save(facts, rows, time.perf_counter() - started, args.out)  # what ran so far survives a kill
     finally:
         if args.keep:
             print(f"bench/gpu: scratch kept in {work}", file=sys.stderr)
@@ -129,9 +141,14 @@ def report(facts: dict[str, str], rows: list[dict], seconds: float, out: Path) -
         style = {"pass": "green", "FAIL": "bold red", "skip": "yellow"}[r["verdict"]]
         table.add_row(r["check"], r["case"], f"[{style}]{r['verdict']}[/]", r["detail"])
     console.print(table)
+    save(facts, rows, seconds, out)
+    print(f"bench/gpu: wrote {out}", file=sys.stderr)
+
+
+def save(facts: dict[str, str], rows: list[dict], seconds: float, out: Path) -> None:
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("pass", "FAIL", "skip")}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"facts": facts, "rows": rows, "counts": counts, "seconds": seconds}, indent=2))
-    print(f"bench/gpu: wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

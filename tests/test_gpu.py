@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, gpu_present
 
 CHECKS = ("1 compile+launch", "1 arch model = driver", "2 driver floor", "3 triton", "4 torch CUDA ext",
-          "5 cudart stub", "6 facts = nvidia-smi")
+          "5 cudart stub", "6 facts = nvidia-smi", "7 torch CUDA tree", "8 many Triton kernels")
 
 
 def run_suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import gpu_driver
+import gpu_scripts
 from gpu_sources import CLASSIC_CPP, CLASSIC_CU, KERNEL, STABLE_CPP, STABLE_CU
 
 WARM_RUNS = 3  # fresh processes timed per measurement (the median is reported)
+TRITON_RUNS = 5  # a first launch varies more (Triton's own lazy imports): more runs for its median
 
 
 def row(check: str, case: str, verdict: str, detail: str, **data: Any) -> dict[str, Any]:
@@ -29,10 +31,11 @@ def row(check: str, case: str, verdict: str, detail: str, **data: Any) -> dict[s
 class Context:
     """What every check shares: the scratch folder, the store, the GPU (or why none)."""
 
-    def __init__(self, work: Path, no_gpu: bool) -> None:
+    def __init__(self, work: Path, no_gpu: bool, profile: Path | None = None) -> None:
         from abicache import Cache
 
         self.work = work
+        self.profile = profile
         self.store = work / "store"
         self.cache = Cache(self.store)
         self.no_gpu = "--no-gpu was given" if no_gpu else gpu_driver.available()
@@ -54,6 +57,11 @@ class Context:
         if out.returncode != 0:
             raise RuntimeError(f"{path.name} {' '.join(args)} exited {out.returncode}: {out.stderr[-1500:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def profiled(self, script: str, *args: str, env: dict[str, str] | None = None) -> None:
+        """With --profile FILE: one more run of the script, its timed region under cProfile (appended to FILE)."""
+        if self.profile is not None:
+            self.python(script, *args, env={**(env or {}), "ABICACHE_BENCH_PROFILE": str(self.profile)})
 
 
 def _nvcc_ok() -> str | None:
@@ -280,51 +288,6 @@ def _store_as_is(ctx: Context, name: str, data: bytes) -> Any:
 
 # ---- 3. Triton through abicache, launched; fresh process from the store ---------------------------
 
-TRITON_SCRIPT = r'''
-import json, os, sys, time
-mode = sys.argv[1]
-import torch, triton, triton.language as tl
-hits, builds = [], []
-try:  # the launcher and driver modules Triton compiles with gcc, cached with a lone put()
-    import triton.runtime.build as tb
-    compile_c = tb._build
-    def counted_build(*args, **kwargs):
-        builds.append(str(args[0]) if args else "?")
-        return compile_c(*args, **kwargs)
-    tb._build = counted_build
-except (ImportError, AttributeError):
-    builds = None
-if mode == "abicache":
-    import abicache.triton
-    abicache.triton.install()
-    manager = abicache.triton.CacheManager
-else:
-    from triton.runtime.cache import FileCacheManager as manager
-get_group = manager.get_group
-def counted(self, filename):
-    found = get_group(self, filename)
-    hits.append(found is not None)
-    return found
-manager.get_group = counted
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-n = 1 << 20
-x = torch.randn(n, device="cuda"); y = torch.randn(n, device="cuda"); out = torch.empty_like(x)
-torch.cuda.synchronize()
-t = time.perf_counter()
-add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
-torch.cuda.synchronize()
-first = time.perf_counter() - t
-err = (out - (x * 2 + y)).abs().max().item()
-print(json.dumps({"first_launch_s": first, "err": err, "hits": hits, "builds": builds, "triton": triton.__version__}))
-'''
-
-
 def check_triton(ctx: Context) -> list[dict]:
     try:
         import triton  # noqa: F401
@@ -332,33 +295,50 @@ def check_triton(ctx: Context) -> list[dict]:
         return [row("3 triton", "compile, launch, fresh hit", "skip", f"triton is not installed ({exc})")]
     if ctx.no_gpu:
         return [_triton_compile_only(ctx)]
-    rows, medians = [], {}
-    for mode in ("abicache", "default"):
+    rows, medians, cubin = [], {}, None
+    for mode in ("abicache", "default", "memory", "hand"):
         home = ctx.work / f"triton-{mode}"
-        env = {"TRITON_CACHE_DIR": str(home / "triton"), "ABICACHE_DIR": str(home / "store")}
-        cold = ctx.python(TRITON_SCRIPT, mode, env=env)
-        warm = [ctx.python(TRITON_SCRIPT, mode, env=env) for _ in range(WARM_RUNS)]
+        env = {"TRITON_CACHE_DIR": str(home / "triton"), "ABICACHE_DIR": str(home / "store"),
+               "TRITON_CUBIN_OUT": str(home / "launched.cubin") if mode == "abicache" else "",
+               "TRITON_CUBIN": json.dumps(cubin)}
+        cold = None if mode == "hand" else ctx.python(gpu_scripts.TRITON, mode, env=env)
+        warm = [ctx.python(gpu_scripts.TRITON, mode, env=env) for _ in range(TRITON_RUNS)]
         medians[mode] = statistics.median(w["first_launch_s"] for w in warm)
+        if mode in ("memory", "hand") and max(w["err"] for w in warm) > 1e-5:
+            rows.append(row("3 triton", f"the floor ({mode}) launched", "FAIL", f"max error {warm[0]['err']:.2e}"))
         if mode != "abicache":
             continue
-        triton_files = [p for p in (home / "triton").rglob("*") if p.is_file()]
-        rows.append(row("3 triton", f"compile + launch through abicache (Triton {cold['triton']})",
-                        "pass" if cold["err"] < 1e-5 and not any(cold["hits"]) else "FAIL",
-                        f"cold: max error {cold['err']:.2e}, compiled ({len(cold['hits'])} group lookups, none hit)"))
-        served = all(w["err"] < 1e-5 and w["hits"] and all(w["hits"]) for w in warm) and not triton_files
-        rows.append(row("3 triton", f"{WARM_RUNS} fresh processes: kernel from the store, launched",
-                        "pass" if served else "FAIL",
-                        f"every lookup hit: {[w['hits'] for w in warm]}; max error {max(w['err'] for w in warm):.2e}; "
-                        f"files in TRITON_CACHE_DIR: {len(triton_files)}"))
-        if cold["builds"] is not None:  # Triton's C modules: put() alone, found by the next process
-            again = [w["builds"] for w in warm]
-            rows.append(row("3 triton", "launcher and driver modules compiled once, then from the store",
-                            "pass" if cold["builds"] and not any(again) else "FAIL",
-                            f"gcc builds: first process {cold['builds']}, then {again}"))
-    a, d = medians["abicache"], medians["default"]
+        cubin = cold["cubin"]
+        ctx.profiled(gpu_scripts.TRITON, mode, env=env)
+        rows += _triton_served(home, cold, warm)
+    a, d, m, h = (medians[k] for k in ("abicache", "default", "memory", "hand"))
     rows.append(row("3 triton", "first launch in a fresh process (median)", "pass",
                     f"Triton's default cache {d * 1e3:.1f} ms, abicache {a * 1e3:.1f} ms: {d / a:.2f}x",
                     default_s=d, abicache_s=a))
+    rows.append(row("3 triton", "first launch against the floor (median)", "pass",
+                    f"Triton's own path with every lookup answered from memory {m * 1e3:.1f} ms: abicache / that = "
+                    f"{a / m:.2f}x (target <= 1.15x: {'met' if a / m <= 1.15 else 'NOT met'}); the same cubin by "
+                    f"hand (cuModuleLoadData + cuLaunchKernel) {h * 1e3:.1f} ms: abicache / that = {a / h:.1f}x",
+                    memory_s=m, hand_s=h, abicache_s=a))
+    return rows
+
+
+def _triton_served(home: Path, cold: dict, warm: list[dict]) -> list[dict]:
+    """The abicache column's rows: compiled cold, then every fresh process served from the store."""
+    triton_files = [p for p in (home / "triton").rglob("*") if p.is_file()]
+    rows = [row("3 triton", f"compile + launch through abicache (Triton {cold['triton']})",
+                "pass" if cold["err"] < 1e-5 and not any(cold["hits"]) else "FAIL",
+                f"cold: max error {cold['err']:.2e}, compiled ({len(cold['hits'])} group lookups, none hit)")]
+    served = all(w["err"] < 1e-5 and w["hits"] and all(w["hits"]) for w in warm) and not triton_files
+    rows.append(row("3 triton", f"{len(warm)} fresh processes: kernel from the store, launched",
+                    "pass" if served else "FAIL",
+                    f"every lookup hit: {[w['hits'] for w in warm]}; max error {max(w['err'] for w in warm):.2e}; "
+                    f"files in TRITON_CACHE_DIR: {len(triton_files)}"))
+    if cold["builds"] is not None:  # Triton's C modules: put() alone, found by the next process
+        again = [w["builds"] for w in warm]
+        rows.append(row("3 triton", "launcher and driver modules compiled once, then from the store",
+                        "pass" if cold["builds"] and not any(again) else "FAIL",
+                        f"gcc builds: first process {cold['builds']}, then {again}"))
     return rows
 
 
@@ -378,39 +358,6 @@ def _triton_compile_only(ctx: Context) -> dict:
 
 # ---- 4. torch CUDA extensions ----------------------------------------------------------------------
 
-TORCH_SCRIPT = r'''
-import json, os, sys, time
-mode, build_dir = sys.argv[1], sys.argv[2]
-CLASSIC_CPP, CLASSIC_CU, STABLE_CPP, STABLE_CU = json.loads(os.environ["GPU_SOURCES"])
-t0 = time.perf_counter()
-import torch
-t = time.perf_counter()
-if mode == "torch":
-    from torch.utils.cpp_extension import load_inline
-    mod = load_inline("abicache_gpu_classic", [CLASSIC_CPP], cuda_sources=[CLASSIC_CU], functions=["scale"],
-                      build_directory=build_dir)
-elif mode == "abicache":
-    import abicache.torch as at
-    mod = at.load_inline("abicache_gpu_classic", [CLASSIC_CPP], cuda_sources=[CLASSIC_CU], functions=["scale"])
-else:
-    import abicache.torch as at
-    at.load_inline("abicache_gpu_stable", [STABLE_CPP], cuda_sources=[STABLE_CU], stable=True)
-loaded = time.perf_counter() - t
-x = torch.randn(1 << 20, device="cuda")
-if mode == "stable":
-    err = (torch.ops.abicache_gpu_stable.add_one(x) - (x + 1)).abs().max().item()
-else:
-    err = (mod.scale(x, 3.0) - 3 * x).abs().max().item()
-torch.cuda.synchronize()
-hit = None
-if mode != "torch":
-    from abicache import Cache
-    kind = "torch.stable" if mode == "stable" else "torch.pybind"
-    hit = len([v for v in Cache(os.environ["ABICACHE_DIR"]).store.iter_variant_dirs() if f"/{kind}/" in str(v)])
-print(json.dumps({"load_s": loaded, "import_torch_s": t - t0, "err": err, "entries": hit, "torch": torch.__version__}))
-'''
-
-
 def check_torch(ctx: Context) -> list[dict]:
     flavor = ctx.cache.facts.get("torch.flavor")
     if ctx.cache.facts.get("torch.root") is None:
@@ -418,14 +365,16 @@ def check_torch(ctx: Context) -> list[dict]:
     if ctx.no_gpu or flavor != "cuda":
         return _torch_compile_only(ctx, flavor)
     env = {"GPU_SOURCES": json.dumps([CLASSIC_CPP, CLASSIC_CU, STABLE_CPP, STABLE_CU]), "MAX_JOBS": str(os.cpu_count())}
-    rows, medians = [], {}
+    rows, medians, paths = [], {}, {}
     for mode, label in (("abicache", "classic, cuda_sources"), ("stable", "stable ABI op, CUDA sources"),
                         ("torch", "torch.utils.cpp_extension.load_inline")):
         build_dir = ctx.work / f"torch-ext-{mode}"
         build_dir.mkdir(exist_ok=True)
-        cold = ctx.python(TORCH_SCRIPT, mode, str(build_dir), env=env, timeout=540)
-        warm = [ctx.python(TORCH_SCRIPT, mode, str(build_dir), env=env) for _ in range(WARM_RUNS)]
-        medians[mode] = statistics.median(w["load_s"] for w in warm)
+        cold = ctx.python(gpu_scripts.TORCH, mode, str(build_dir), env=env, timeout=540)
+        warm = [ctx.python(gpu_scripts.TORCH, mode, str(build_dir), env=env) for _ in range(WARM_RUNS)]
+        if mode != "torch":
+            ctx.profiled(gpu_scripts.TORCH, mode, str(build_dir), env=env)
+        medians[mode], paths[mode] = statistics.median(w["load_s"] for w in warm), cold["path"]
         imports = statistics.median(w["import_torch_s"] for w in warm)
         ok = cold["err"] < 1e-5 and all(w["err"] < 1e-5 for w in warm)
         one = mode == "torch" or (cold["entries"] == 1 and all(w["entries"] == 1 for w in warm))
@@ -434,9 +383,21 @@ def check_torch(ctx: Context) -> list[dict]:
                         f"{max(w['err'] for w in [cold, *warm]):.1e}; in {WARM_RUNS} fresh processes, after "
                         f"`import torch` ({imports * 1e3:.0f} ms), the load call takes {medians[mode] * 1e3:.1f} ms (median)"
                         + ("" if mode == "torch" else f"; entries in the store: {cold['entries']}")))
-    a, t = medians["abicache"], medians["torch"]
+    floors = {}
+    for mode, floor in (("abicache", "floor-classic"), ("stable", "floor-stable")):
+        warm = [ctx.python(gpu_scripts.TORCH, floor, paths[mode], env=env) for _ in range(WARM_RUNS)]
+        floors[mode] = statistics.median(w["load_s"] for w in warm)
+        if max(w["err"] for w in warm) > 1e-5:
+            rows.append(row("4 torch CUDA ext", f"the floor ({floor}) called", "FAIL", f"max error {warm[0]['err']:.1e}"))
+    a, t, s = medians["abicache"], medians["torch"], medians["stable"]
     rows.append(row("4 torch CUDA ext", "fresh-process hit: load_inline call after import torch (median)", "pass",
                     f"torch {t * 1e3:.1f} ms, abicache {a * 1e3:.1f} ms: {t / a:.1f}x", torch_s=t, abicache_s=a))
+    rows.append(row("4 torch CUDA ext", "fresh-process hit against the floor (median)", "pass",
+                    f"the same .so imported by path {floors['abicache'] * 1e3:.1f} ms: abicache / that = "
+                    f"{a / floors['abicache']:.2f}x; stable op by torch.ops.load_library {floors['stable'] * 1e3:.1f} ms: "
+                    f"abicache / that = {s / floors['stable']:.2f}x (target <= 1.2x: "
+                    f"{'met' if max(a / floors['abicache'], s / floors['stable']) <= 1.2 else 'NOT met'})",
+                    floor_classic_s=floors["abicache"], floor_stable_s=floors["stable"], stable_s=s))
     return rows
 
 
