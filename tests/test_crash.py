@@ -52,6 +52,13 @@ def test_sigkill_during_build_and_publish(tmp_path: Path) -> None:
 @pytest.mark.stress
 def test_sigkill_stress(tmp_path: Path) -> None:
     counts = run_trials(tmp_path / "store", trials=300, seed=2)
+    # The kills land at random moments of a calibrated window: on a loaded machine fewer may
+    # land in staging. More trials, not a lower bar, until the harness has hit it enough.
+    for extra in range(3):
+        if counts["killed_while_staging"] >= 30 and counts["finished"] >= 10:
+            break
+        more = run_trials(tmp_path / "store", trials=100, seed=3 + extra)
+        counts = {name: counts[name] + more[name] for name in counts}
     assert counts["killed_while_staging"] >= 30 and counts["finished"] >= 10, counts
     _check_recovery(tmp_path / "store", 300)
 
