@@ -51,6 +51,7 @@ class Case(NamedTuple):
     change: Callable[[Path], dict[str, str]]  # edits the project; the environment after
     fresh: int  # what a fresh build answers after the change
     links_only: bool = False  # only the link reads the changed input (ccache: n/a)
+    first: Callable[[Path], None] | None = None  # an earlier change, asked about before `change`
 
 
 def _h(value: int) -> str:
@@ -82,6 +83,10 @@ def cases(work: Path) -> list[Case]:
              lambda p: (_write(p / "sys" / "v.h", _h(2)), {})[1], 2),
         Case("header created in an earlier -I folder", {"x.cpp": UNIT, "b/v.h": _h(1), "a/.keep": ""},
              ["-Ia", "-Ib"], [], {}, lambda p: (_write(p / "a" / "v.h", _h(2)), {})[1], 2),
+        Case("folder made in an earlier -I folder, then the header in it",
+             {"x.cpp": UNIT.replace('"v.h"', '"lib/v.h"'), "b/lib/v.h": _h(1), "a/.keep": ""}, ["-Ia", "-Ib"], [],
+             {}, lambda p: (_write(p / "a" / "lib" / "v.h", _h(2)), {})[1], 2,
+             first=lambda p: (p / "a" / "lib").mkdir()),
         Case("header created beside the source", {"src/x.cpp": UNIT, "inc/v.h": _h(1)}, ["-Iinc"], [], {},
              lambda p: (_write(p / "src" / "v.h", _h(2)), {})[1], 2),
         Case("__has_include target created", {"x.cpp": HAS, "inc/.keep": ""}, ["-Iinc"], [], {},
@@ -153,6 +158,10 @@ def run_case(work: Path, case: Case) -> dict[str, str]:
         build = _abicache if tool == "abicache" else _ccache
         cache_dir = work / f"{tool}-store-{abs(hash(case.name))}"
         build(proj, cache_dir, sources, case, case.env)
+        if case.first is not None:  # a change that alters nothing yet, then a lookup
+            case.first(proj)
+            time.sleep(0.05)
+            build(proj, cache_dir, sources, case, case.env)
         time.sleep(0.05)
         after_env = case.change(proj)
         got = build(proj, cache_dir, sources, case, after_env)

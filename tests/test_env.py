@@ -211,6 +211,80 @@ def test_cuda_facts_from_a_stand_in_driver(tmp_path: Path) -> None:
     assert out.stdout.split() == ["13.0", "sm_80,sm_90"]
 
 
+COUNTING_INIT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int cuInit(unsigned flags) {
+    FILE* log = fopen(getenv("CUINIT_LOG"), "a");
+    fputs("cuInit\n", log);
+    fclose(log);
+    return 0;
+}
+"""
+
+REMEMBERED = """
+import os
+from pathlib import Path
+from abicache.env import Facts, cuda_probe
+proc = Path(os.environ["FAKE_PROC"])
+cuda_probe._BOOT_ID, cuda_probe._MODULE = str(proc / "boot_id"), str(proc / "version")
+cuda_probe._GPUS, cuda_probe._DEV, cuda_probe._LD_CACHE = str(proc / "gpus"), str(proc / "dev"), str(proc / "ld.so.cache")
+f = Facts(memo_dir=Path(os.environ["FAKE_TOOLS"]))
+print(f.get("cuda.driver"), f.get("gpu.arch"))
+"""
+
+
+def test_the_driver_is_asked_once_while_nothing_that_decides_its_answer_moves(tmp_path: Path) -> None:
+    """cuInit costs 10 to 180 ms a process: the GPUs it finds are remembered under the store's
+    tools/ by the boot, the kernel module, the GPUs' PCI addresses, the device nodes and the
+    variables that choose devices; any of them changed asks the driver again."""
+    import subprocess as sp
+
+    src = tmp_path / "cuda.c"
+    src.write_text(FAKE_DRIVER.replace("int cuInit(unsigned flags) { return 0; }", COUNTING_INIT))
+    lib = tmp_path / "libcuda.so.1"
+    sp.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(lib)], check=True)
+    proc, tools, log = tmp_path / "proc", tmp_path / "tools", tmp_path / "cuinit.log"
+    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    (proc / "dev").mkdir()
+    (proc / "dev" / "nvidia0").write_text("")
+    (proc / "boot_id").write_text("a-boot\n")
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    (proc / "ld.so.cache").write_text("")
+    env = {"LD_LIBRARY_PATH": str(tmp_path), "CUINIT_LOG": str(log)}
+
+    def facts(**more: str) -> tuple[list[str], int]:
+        out = run_py(REMEMBERED, env={**env, "FAKE_PROC": str(proc), "FAKE_TOOLS": str(tools), **more})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split(), log.read_text().count("cuInit") if log.exists() else 0
+
+    assert facts() == (["13.0", "sm_80,sm_90"], 1)
+    assert facts() == (["13.0", "sm_80,sm_90"], 1)  # a new process: remembered
+    assert facts(CUDA_VISIBLE_DEVICES="1") == (["13.0", "sm_80,sm_90"], 2)
+    (proc / "gpus" / "0000:3b:00.0").mkdir()  # a GPU more (hot-plugged)
+    assert facts() == (["13.0", "sm_80,sm_90"], 3)
+    (proc / "boot_id").write_text("another-boot\n")
+    assert facts() == (["13.0", "sm_80,sm_90"], 4)
+    assert facts() == (["13.0", "sm_80,sm_90"], 4)
+    (proc / "version").unlink()  # no kernel module to read: the driver is asked each time
+    assert facts() == (["13.0", "sm_80,sm_90"], 5)
+    assert facts() == (["13.0", "sm_80,sm_90"], 6)
+
+
+def test_a_driver_that_finds_no_gpu_is_asked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a GPU found is remembered: a passing failure must not hide the GPU from later processes."""
+    from abicache.env import cuda_probe, toolid
+
+    answers = iter([("13.0", None), ("13.0", "sm_90"), ("12.0", None)])
+    asked = []
+    monkeypatch.setattr(cuda_probe, "_seen", lambda: ("boot", "module", ("gpu",), (), (1, 2), ()))
+    monkeypatch.setattr(cuda_probe, "_driver", lambda: asked.append(1) or next(answers))
+    for expected in [("13.0", None), ("13.0", "sm_90"), ("13.0", "sm_90")]:
+        toolid._memo.clear()  # each call as a new process would make it
+        assert cuda_probe._driver_remembered(tmp_path) == expected
+    assert len(asked) == 2
+
+
 def test_no_driver_means_no_gpu_facts() -> None:
     code = "from abicache.env import Facts; f = Facts(); print(f.get('cuda.driver'), f.get('gpu.arch'))"
     out = run_py(code, env={"LD_LIBRARY_PATH": ""})

@@ -276,6 +276,25 @@ def test_a_header_created_beside_the_source_is_picked_up(proj: Path, tmp_path: P
     assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=["-Iinclude"])["value"] == 2
 
 
+def test_a_folder_created_where_a_header_was_looked_for_first_is_looked_into(proj: Path, tmp_path: Path) -> None:
+    """`#include "lib/v.h"` is looked for in first/ (no lib/ there), then found in second/.
+    A folder first/lib made later moves first/ only; a header written into it afterwards
+    moves first/lib, not first/: the entry must not be taken on first/'s new witness."""
+    write(proj / "src" / "x.cpp", UNIT.replace('"v.h"', '"lib/v.h"'))
+    first, second = proj / "first", proj / "second"
+    first.mkdir()
+    write(second / "lib" / "v.h", header(1))
+    store = tmp_path / "store"
+    flags = ["-Ifirst", "-Isecond"]
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["origin"] == "local"
+    (first / "lib").mkdir()
+    time.sleep(0.05)  # past the racy window: first/'s new witness may be remembered
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 1
+    write(first / "lib" / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=proj, cflags=flags)["value"] == 2
+
+
 HAS = ('#if __has_include("opt.h")\n#include "opt.h"\n#else\n#define VALUE 1\n#endif\n'
        'extern "C" int f() { return VALUE; }\n')
 

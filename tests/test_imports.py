@@ -27,7 +27,8 @@ FLOORS: list[set[str]] = [
     {"replicate", "explain", "asked", "fallback", "tiers", "bundle"},
     {"cache", "artifact", "finding", "making", "single_flight", "counting"},
     {"engine"},
-    {"cc", "cuda", "torch", "torch_compile", "triton", "tvm_ffi", "patching", "dropin", "check", "torch_lines"},
+    {"cc", "cuda", "torch", "torch_compile", "triton", "triton_probes", "tvm_ffi", "patching", "dropin", "check",
+     "torch_lines"},
     {"cli"},
     {"__init__", "__main__"},
 ]

@@ -141,3 +141,29 @@ def test_bootstrap_on_a_pep668_python_explains_the_venv_instead_of_failing_in_pi
     assert done.returncode == 1
     assert "PEP 668" in done.stderr and "python3 -m venv .venv && . .venv/bin/activate" in done.stderr
     assert "pip" not in log.read_text().replace("EXTERNALLY-MANAGED", "")  # pip was never run
+
+
+
+def test_a_lookup_with_one_variant_does_not_ask_for_the_gpus(tmp_path: Path) -> None:
+    """Asking for the GPUs costs cuInit (10 to 200 ms): a lookup asks only to choose among
+    several variants, or where a requirement names them (Triton's key pins the target)."""
+    from abicache.env import Facts
+
+    class Asked(Facts):
+        asked: list[str] = []
+
+        def get(self, name: str) -> str | None:
+            self.asked.append(name)
+            return super().get(name)
+
+    cache = Cache(tmp_path / "store", facts=Asked({"gpu.arch": "sm_90", "cuda.driver": "13.0"}, probe=False))
+    pinned = cache.pinned_by_key({"gpu.arch", "cuda.driver"})
+    inputs = {"sources": {"k.txt": "kernel"}}
+
+    def build(out: Path) -> None:
+        (out / "k.bin").write_bytes(b"code")
+
+    pinned.get_or_build("gpu.kernel", "k", inputs, build, requires=["gpu.arch ~= sm_90"])
+    Asked.asked.clear()
+    assert pinned.lookup("gpu.kernel", "k", inputs) is not None
+    assert "gpu.arch" not in Asked.asked

@@ -176,6 +176,70 @@ else:
 """
 
 
+def test_a_hit_runs_no_program_and_tritons_probes_keep_their_answers(py311: str, tmp_path: Path) -> None:
+    """Triton describes its tools anew in every process (`ptxas --version` twice, `file` on the
+    Python executable for its launcher's key): install() remembers Triton's own answers."""
+    root = tmp_path / "store"
+    first = compile_with(py311, root, PLATFORM_KEY="1")
+    assert any(p.startswith("ptxas") for p in first["spawned"]), first["spawned"]
+    second = compile_with(py311, root, PLATFORM_KEY="1")
+    assert second["spawned"] == [], second["spawned"]
+    assert second["cubin_sha"] == first["cubin_sha"]
+    own = subprocess.run([py311, "-c", "import triton.runtime.build as b, triton.backends.nvidia.compiler as c; "
+                          "print(b.platform_key()); print(repr(c.get_ptxas_version(90)))"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    ours = subprocess.run([py311, "-c", "import abicache.triton; abicache.triton.install(); "
+                           "import triton.runtime.build as b, triton.backends.nvidia.compiler as c; "
+                           "print(b.platform_key()); print(repr(c.get_ptxas_version(90)))"],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(root)}).stdout.splitlines()
+    assert ours == own and second["platform_key"] == own[0]
+
+
+def test_another_ptxas_is_asked_for_its_version(py311: str, tmp_path: Path) -> None:
+    """The remembered version belongs to the binary Triton would run: naming another ptxas
+    (TRITON_PTXAS_PATH, which Triton's knobs also set when set in code), or changing it, asks again."""
+    fake = tmp_path / "ptxas"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.1'\n")
+    fake.chmod(0o755)
+    code = ("import abicache.triton; abicache.triton.install(); import triton.backends.nvidia.compiler as c; "
+            "print(c.get_ptxas_version(80).strip())")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "store"),
+           "TRITON_PTXAS_PATH": str(fake)}
+
+    def version() -> str:
+        return subprocess.run([py311, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+    assert version().endswith("V12.8.1")
+    assert version().endswith("V12.8.1")
+    time.sleep(0.01)
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.2'\n")
+    assert version().endswith("V12.9.2")
+    env.pop("TRITON_PTXAS_PATH")
+    assert "V12.9.2" not in version()
+
+
+def test_a_repeated_get_file_is_answered_from_memory_until_the_file_changes(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton asks for its launcher once per kernel: a repeat is one stat, and the file gone
+    (gc, quarantine) or changed (a chmod, a write: the ctime moves) sends it to the store again."""
+    import abicache.triton as at
+
+    monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "store"))
+    monkeypatch.setattr(at, "_cache", None)
+    path = at.CacheManager("launcher-key").put(b"launcher", "__launcher.so")
+    lookups: list[str] = []
+    lookup = Cache.lookup
+    monkeypatch.setattr(Cache, "lookup", lambda self, *a, **k: lookups.append(a[0]) or lookup(self, *a, **k))
+    assert at.CacheManager("launcher-key").get_file("__launcher.so") == path and len(lookups) == 1
+    assert at.CacheManager("launcher-key").get_file("__launcher.so") == path and len(lookups) == 1
+    os.chmod(path, 0o400)  # changed: the store is asked, and refuses nothing it should keep
+    os.chmod(path, 0o444)
+    assert at.CacheManager("launcher-key").get_file("__launcher.so") == path and len(lookups) == 2
+    Cache(tmp_path / "store").store.quarantine(Path(path).parent, "moved aside by the test")
+    assert at.CacheManager("launcher-key").get_file("__launcher.so") is None and len(lookups) >= 3
+
+
 def test_a_lone_put_is_found_by_the_next_process(py311: str, tmp_path: Path) -> None:
     """Triton caches its launcher and driver modules with put() and no put_group()."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "store")}

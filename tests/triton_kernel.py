@@ -7,12 +7,15 @@ DEFAULT_CACHE=1 (Triton's own cache, for the benchmark).
 import json, os, sys, time
 t0 = time.perf_counter()
 opened = []
-assembled = []  # ptxas runs that assemble a kernel (a cache hit runs at most `ptxas --version`)
+assembled = []  # ptxas runs that assemble a kernel
+spawned = []  # every program run (a hit through abicache runs none)
 def _audit(ev, args):
     if ev == "open" and "libtriton" in str(args[0]):
         opened.append(str(args[0]))
-    elif ev == "subprocess.Popen" and any("--gpu-name" in str(a) for a in (args[1] or ())):
-        assembled.append(str(args[0]))
+    elif ev == "subprocess.Popen":
+        spawned.append(os.path.basename(str(args[0])) + " " + " ".join(str(a) for a in (args[1] or ())[1:2]))
+        if any("--gpu-name" in str(a) for a in (args[1] or ())):
+            assembled.append(str(args[0]))
 sys.addaudithook(_audit)
 import triton, triton.language as tl
 t_import = time.perf_counter()
@@ -54,4 +57,6 @@ import hashlib
 binary = k.asm["hsaco"] if arch.startswith("gfx") else k.asm["cubin"]
 print(json.dumps({"py": sys.version[:4], "triton": triton.__version__, "cubin_sha": hashlib.sha256(binary).hexdigest(),
                   "compile_s": t2 - t1, "total_s": t2 - t0, "hit_path_s": t2 - t_import,
-                  "libtriton_opened": opened, "assembled": len(assembled)}))
+                  "libtriton_opened": opened, "assembled": len(assembled), "spawned": spawned,
+                  "platform_key": __import__("triton.runtime.build", fromlist=["x"]).platform_key()
+                  if os.environ.get("PLATFORM_KEY") else None}))

@@ -17,17 +17,61 @@ NVIDIA code never runs on an AMD device, nor the other way round.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 _TARGET = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 
 
-@dataclass(frozen=True, order=True)
-class Target:
+class _Value:
+    """A small immutable value, equal, hashed and ordered by its fields (as a frozen, ordered
+    dataclass, whose generated methods cost ~2 ms each class at import: a lookup's time)."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._fields()))
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() < other._fields()  # type: ignore[attr-defined]
+
+    def __le__(self, other: object) -> bool:
+        return self == other or self < other
+
+    def __gt__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() > other._fields()  # type: ignore[attr-defined]
+
+    def __ge__(self, other: object) -> bool:
+        return self == other or self > other
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+    def __reduce__(self) -> tuple:  # copy and pickle call the constructor, never setattr
+        return (type(self), self._fields())
+
+
+class Target(_Value):
+    __slots__ = ("kind", "major", "minor", "suffix")
     kind: str  # "sm" (binary) or "compute" (PTX)
     major: int
     minor: int
-    suffix: str = ""  # "", "a" (arch-specific) or "f" (family)
+    suffix: str  # "", "a" (arch-specific) or "f" (family)
+
+    def __init__(self, kind: str, major: int, minor: int, suffix: str = "") -> None:
+        for name, value in (("kind", kind), ("major", major), ("minor", minor), ("suffix", suffix)):
+            object.__setattr__(self, name, value)
 
     def __str__(self) -> str:
         return f"{self.kind}_{self.major}{self.minor}{self.suffix}"
@@ -56,11 +100,15 @@ _AMD = re.compile(r"^(gfx[0-9a-f]+|gfx\d+(?:-\d+)?-generic)((?::(?:sramecc|xnack
 FEATURES = ("sramecc", "xnack")  # in LLVM's canonical order
 
 
-@dataclass(frozen=True, order=True)
-class AmdTarget:
+class AmdTarget(_Value):
+    __slots__ = ("processor", "sramecc", "xnack")
     processor: str  # "gfx942", "gfx9-4-generic"
-    sramecc: str = ""  # "+" on, "-" off, "" any (a target) or unknown (a device)
-    xnack: str = ""
+    sramecc: str  # "+" on, "-" off, "" any (a target) or unknown (a device)
+    xnack: str
+
+    def __init__(self, processor: str, sramecc: str = "", xnack: str = "") -> None:
+        for name, value in (("processor", processor), ("sramecc", sramecc), ("xnack", xnack)):
+            object.__setattr__(self, name, value)
 
     def __str__(self) -> str:
         modes = "".join(f":{name}{getattr(self, name)}" for name in FEATURES if getattr(self, name))

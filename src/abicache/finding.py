@@ -52,7 +52,8 @@ class Finding:
             manifest = self._manifest(vdir)
             if manifest is not None and wanted(manifest) and self.usable(manifest):
                 usable.append((vdir, manifest))
-        usable.sort(key=lambda vm: (vm[1].requirements.gpu_rank(self.facts), *preference(vm[1])), reverse=True)
+        if len(usable) > 1:  # ranking asks for the devices: only where there is a choice
+            usable.sort(key=lambda vm: (vm[1].requirements.gpu_rank(self.facts), *preference(vm[1])), reverse=True)
         for vdir, manifest in usable:
             if manifest.recorded and self.store.deps_changed(vdir, manifest, bases) is not None:
                 continue  # built from other bytes of a header: not a hit, not damage

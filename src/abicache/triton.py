@@ -25,6 +25,10 @@ install() does two things:
    and the cache-invalidating environment variables — stays as Triton computes
    it. The result is memoized on disk by the stat of the hashed files and ptxas.
 
+   The subprocesses Triton runs in every process to describe its tools (`ptxas
+   --version`, `file` on the Python executable) are remembered the same way
+   (triton_probes.py): their answers are Triton's own, computed once.
+
 2. CacheManager stores each compiled kernel as one abicache entry: all files
    are published together (temp dir + rename) when Triton writes its group
    file, the group records file names, not absolute paths (so a moved cache
@@ -38,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -121,6 +124,9 @@ def install(cache: Cache | None = None) -> None:
         module = importlib.import_module(name)
         if hasattr(module, "triton_key"):
             module.triton_key = replaced
+    from . import triton_probes
+
+    triton_probes.install(memo_dir, triton_root())
     _plug_in(cache_mod)
 
 
@@ -159,10 +165,14 @@ def _store() -> Cache:
                 cache = _in_triton_dir[root] = Cache(root)
         else:
             cache = default_cache()
-    return cache.pinned_by_key({"gpu.arch", "cuda.driver"})
+    pinned = _pinned.get(id(cache))
+    if pinned is None or pinned[0] is not cache:  # one view a cache: Triton makes a manager a lookup
+        pinned = _pinned[id(cache)] = (cache, cache.pinned_by_key({"gpu.arch", "cuda.driver"}))
+    return pinned[1]
 
 
 _in_triton_dir: dict[Path, Cache] = {}
+_pinned: dict[int, tuple[Cache, Cache]] = {}
 
 
 class CacheManager:
@@ -193,11 +203,16 @@ class CacheManager:
         return {"extra": extra if filename is None else {**extra, "file": filename}}
 
     def get_file(self, filename: str) -> Optional[str]:
+        memo = (os.fspath(self.cache.store.root), self.key, filename)
+        found = _recall(memo)
+        if found is not None:
+            return found
         entry = self.cache.lookup(FILE_KIND, _kernel_name(filename), self._inputs(filename))
-        if entry is not None and filename in entry.files:
-            return str(entry.path / filename)
-        group = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
-        return str(group.path / filename) if group and filename in group.files else None
+        if entry is None or filename not in entry.files:
+            entry = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
+        if entry is None or filename not in entry.files:
+            return None
+        return _remember(memo, str(entry.path / filename))
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         # As Triton's own manager: bytes as they are, anything else (text, MLIR modules, even a
@@ -214,8 +229,10 @@ class CacheManager:
         entry = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
         if entry is None or GROUP not in entry.files:
             return None
-        names = json.loads((entry.path / GROUP).read_text())
-        return {name: str(entry.path / name) for name in names if name in entry.files}
+        # GROUP lists the group's names, of which the entry holds those that were files: the
+        # entry's own file list says the same without another read
+        folder = os.fspath(entry.path)
+        return {name: os.path.join(folder, name) for name in entry.files if name != GROUP}
 
     def put_group(self, filename: str, group: Dict[str, str]) -> str:
         """Publish the group's files (each already persisted by put()) as one entry;
@@ -233,6 +250,39 @@ class CacheManager:
         # gives a reader that opens it, and the path put_group returns.
         children = {name: str(art.path / name) for name in names if name in art.files}
         return self.put(json.dumps({"child_paths": children}), f"__grp__{filename}", binary=False)
+
+
+#: get_file answers of this process (store, Triton key, file) -> (path, its witness). Triton asks
+#: again and again for the same file (its launcher module, once per kernel): a repeat costs one
+#: stat, as Triton's own manager's os.path.exists, and any change to the file (its removal by gc,
+#: a write, a chmod: each moves the ctime) sends the lookup to the store again.
+_answered: dict[tuple[str, ...], tuple[str, tuple[int, int, int, int]]] = {}
+
+
+def _witness(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _recall(memo: tuple[str, ...]) -> str | None:
+    got = _answered.get(memo)
+    if got is None:
+        return None
+    try:
+        if _witness(got[0]) == got[1]:
+            return got[0]
+    except OSError:
+        pass
+    _answered.pop(memo, None)
+    return None
+
+
+def _remember(memo: tuple[str, ...], path: str) -> str:
+    try:
+        _answered[memo] = (path, _witness(path))
+    except OSError:
+        pass  # gone already: not remembered, the caller still gets what the lookup found
+    return path
 
 
 class RemoteCacheBackend:
@@ -263,5 +313,5 @@ class RemoteCacheBackend:
 
 
 def _kernel_name(filename: str) -> str:
-    stem = re.sub(r"^__grp__", "", filename).split(".")[0]
+    stem = filename.removeprefix("__grp__").split(".")[0]
     return stem or "kernel"

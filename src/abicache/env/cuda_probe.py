@@ -8,10 +8,16 @@ cuda.runtime: the highest libcudart major found, searching in order
 cuda.driver / gpu.arch: asked of libcuda.so.1 through ctypes (cuDriverGetVersion,
   cuDeviceGetAttribute); None where there is no driver or no GPU. gpu.arch also
   lists the AMD GPUs present (amd_probe.py: KFD's topology in sysfs).
+  Asking the driver means cuInit (10 ms a process, 180 ms the first time after a
+  boot, measured on an H200), so the answer is remembered under the store's tools/
+  while nothing that decides it moved (_seen): the boot, the kernel module's
+  version, the GPUs it drives (PCI addresses), the device nodes, the variables
+  that choose the visible devices and the user-space driver's search path.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -26,10 +32,10 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
 
-def probe() -> dict[str, str | None]:
+def probe(memo_dir: Path | None = None) -> dict[str, str | None]:
     from . import amd_probe
 
-    driver, archs = _driver()
+    driver, archs = _driver_remembered(memo_dir)
     # gpu.arch: every GPU present, NVIDIA's (from the driver) and AMD's (from KFD's sysfs)
     present = ([archs] if archs else []) + amd_probe.gpu_archs()
     return {"cuda.runtime": runtime_major(), "cuda.driver": driver, "gpu.arch": ",".join(present) or None}
@@ -49,6 +55,55 @@ def runtime_dirs() -> list[Path]:
 
 def runtime_major() -> str | None:
     return loaded_major(_CUDART) or highest_major(_CUDART, runtime_dirs())
+
+
+#: what decides the visible NVIDIA devices and the user-space driver, besides /proc and /dev
+_CHOOSING = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+             "LD_PRELOAD")
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_MODULE = "/proc/driver/nvidia/version"  # the kernel module's version line
+_GPUS = "/proc/driver/nvidia/gpus"  # a folder per GPU the module drives, named by PCI address
+_DEV = "/dev"
+_LD_CACHE = "/etc/ld.so.cache"  # where the loader finds libcuda.so.1 when no variable says
+
+
+def _seen() -> tuple[object, ...] | None:
+    """Everything the driver's answer depends on, read without the driver; None where the
+    kernel module is not there to be read (the driver is then asked each time: it is cheap
+    to find absent)."""
+    try:
+        with open(_BOOT_ID) as f:
+            boot = f.read().strip()
+        with open(_MODULE) as f:
+            module = f.read()
+        gpus = sorted(os.listdir(_GPUS))
+        nodes = sorted(n for n in os.listdir(_DEV) if n.startswith("nvidia"))
+        cache = os.stat(_LD_CACHE)
+    except OSError:
+        return None
+    return (boot, module, tuple(gpus), tuple(nodes), (cache.st_ino, cache.st_mtime_ns),
+            tuple(os.environ.get(name) for name in _CHOOSING))
+
+
+def _driver_remembered(memo_dir: Path | None) -> tuple[str | None, str | None]:
+    """_driver(), remembered while _seen() holds. Only a GPU found is remembered: a driver that
+    failed (a passing error, a device being reset) is asked again by the next process."""
+    seen = _seen()
+    if seen is None or memo_dir is None:
+        return _driver()
+    from . import toolid
+
+    what = "cuda driver and gpus"
+    try:
+        driver, archs = json.loads(toolid.recall_by(seen, what, memo_dir) or "null")
+        if isinstance(driver, str) and isinstance(archs, str):
+            return driver, archs
+    except (ValueError, TypeError):
+        pass  # none, or one we cannot read: asked again, never believed
+    driver, archs = _driver()
+    if driver is not None and archs is not None:
+        toolid.remember_by(seen, what, json.dumps([driver, archs]), memo_dir)
+    return driver, archs
 
 
 def _driver() -> tuple[str | None, str | None]:

@@ -26,7 +26,7 @@ _register(probes.TORCH_FACTS, lambda f: probes.torch())
 _register(probes.TRITON_FACTS, lambda f: probes.triton())
 _register(probes.TVM_FFI_FACTS, lambda f: probes.tvm_ffi())
 _register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
-_register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe())
+_register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe(f.memo_dir))
 _register(("hip.runtime",), lambda f: _hip())
 
 

@@ -82,9 +82,12 @@ def env_changed(env: Sequence[tuple[str, str]]) -> Dependency | None:
 
 
 def absent_changed(absent: Sequence[Absent], bases: Mapping[str, str],
-                   current: dict[str, Witness], seen: int) -> Dependency | None:
-    """The first missing path that is there now (as a Dependency with sha256
-    "absent"), or None; the folders' settled witnesses go into current."""
+                   current: dict[str, Witness], seen: int,
+                   remembered: Mapping[str, Sequence[int]] = {}) -> Dependency | None:
+    """The first missing path that could be there now (as a Dependency with sha256
+    "absent"), or None; the folders' settled witnesses go into current. A folder at the
+    witness at which its names were last found missing (remembered) is not looked into:
+    nothing was created, removed or renamed in it since."""
     for group in absent:
         folder = resolve(Dependency(group.base, group.folder, ""), bases)
         if folder is None:
@@ -93,12 +96,34 @@ def absent_changed(absent: Sequence[Absent], bases: Mapping[str, str],
             st = os.stat(folder)
         except OSError:
             return Dependency(group.base, group.folder, "absent")  # moved away: look again by building
-        for name in group.paths():
-            if _exists(os.path.join(folder, name)):
-                return Dependency(group.base, f"{group.folder}/{name}", "absent")
         w = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if remembered.get(folder) != [*w]:
+            appeared = _appeared(folder, group.paths())
+            if appeared is not None:
+                return Dependency(group.base, f"{group.folder}/{appeared}", "absent")
         if _settled(w, seen) and os.stat(folder).st_ctime_ns == st.st_ctime_ns:
             current[folder] = w
+    return None
+
+
+def _appeared(folder: str, names: Sequence[str]) -> str | None:
+    """The first name that is, or may now be, below folder. A name is grouped under the
+    nearest folder that existed (record.py), so a name "ATen/core/x.h" under it means no
+    folder "ATen" was there: one stat of each first part answers for all the names below it
+    (thousands of torch headers looked for in a project's include folder first). Where one
+    became a folder, the names are recorded again by building (never a stale hit)."""
+    parts: dict[str, bool] = {}
+    for name in names:
+        head, below, _ = name.partition("/")
+        if not below:
+            if _exists(os.path.join(folder, name)):
+                return name
+            continue
+        found = parts.get(head)
+        if found is None:
+            found = parts[head] = os.path.isdir(os.path.join(folder, head))
+        if found:
+            return name
     return None
 
 
@@ -114,12 +139,17 @@ def _exists(path: str) -> bool:
 def system_changed(system: Sequence[System], remembered: Mapping[str, Sequence[int]],
                    current: dict[str, Witness], seen: int) -> Dependency | None:
     """The first system group whose files changed (as Dependency("abs", folder,
-    "system")), or None. A group whose files all stand at the witnesses they
-    were found current at is current; else every file is hashed (after a
-    package upgrade: once) and the group's digest compared."""
+    "system")), or None. A group whose folder stands at the witness it was found
+    current at is current (a package manager renames files into place, which moves
+    it); else one whose files all stand at theirs; else every file is hashed (after
+    a package upgrade: once) and the group's digest compared."""
     for group in system:
         try:
             folder = witness(os.stat(group.folder))
+            if remembered.get(group.folder) == [*folder]:  # no file renamed in or out since its files held
+                if _settled(folder, seen):
+                    current[group.folder] = folder
+                continue
             found = [(path, witness(os.stat(path))) for path in group.paths()]
         except OSError:
             return Dependency("abs", group.folder, "system")
@@ -156,7 +186,7 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     witnesses of the files and folders found current, to remember)."""
     current: dict[str, Witness] = {}
     seen = time.time_ns()  # before any stat: witnesses are judged against it
-    changed = env_changed(env) or absent_changed(absent, bases, current, seen) \
+    changed = env_changed(env) or absent_changed(absent, bases, current, seen, remembered) \
         or system_changed(system, remembered, current, seen)
     if changed is not None:
         return changed, current

@@ -23,8 +23,30 @@ FILENAME = "manifest.json"
 MAX_BYTES = 4 << 20
 MAX_FILES = 100_000
 MAX_TEXT = 65_536
-_SHA = re.compile(r"^[0-9a-f]{64}$")
-_HEX = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+class _Hex:
+    """Lower-case hex of a length in [shortest, longest]: match() as a pattern's, without
+    compiling one at import (a hit imports this module; most patterns serve rarer paths)."""
+
+    def __init__(self, shortest: int, longest: int) -> None:
+        self.shortest, self.longest = shortest, longest
+
+    def match(self, value: str) -> bool:
+        return self.shortest <= len(value) <= self.longest and not value.strip("0123456789abcdef")
+
+    fullmatch = match
+
+
+_SHA = _Hex(64, 64)
+_HEX = _Hex(16, 64)
+
+
+@functools.cache
+def _pattern(text: str) -> re.Pattern[str]:
+    """A pattern compiled at its first use (those for manifests from elsewhere, and errors)."""
+    return re.compile(text)
+
 RESERVED = frozenset({FILENAME})
 #: names abicache writes beside an entry's files (stamps, temporary links)
 RESERVED_PREFIX = ".abicache-"
@@ -187,8 +209,16 @@ def variant_of(manifest: Manifest) -> str:
     return variant_id(manifest.requirements, manifest.deps, manifest.absent, manifest.env, manifest.system)
 
 
+#: the names almost every entry has ("add.cubin", "lib/x.so"): checked by one match
+_PLAIN_PATH = (r"(?!\.\.?(?:/|$))[A-Za-z0-9_+\-][A-Za-z0-9_+.\-]*"
+               r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_+.\-]+)*")
+
+
 def safe_relpath(path: Any) -> str:
     """A relative '/' path that stays inside its directory, or ManifestError."""
+    if type(path) is str and len(path) <= 4096 and _pattern(_PLAIN_PATH).fullmatch(path) \
+            and not path.startswith(RESERVED_PREFIX) and "/" + RESERVED_PREFIX not in path and path not in RESERVED:
+        return path  # no empty, '.' or '..' part, no control character, no reserved name
     if not isinstance(path, str) or not path or len(path) > 4096 or "\0" in path:
         raise ManifestError(f"file name {path!r} is not a usable relative path")
     if path.startswith("/") or "\\" in path or (path[1:2] == ":" and path[:1].isascii() and path[:1].isalpha()):
@@ -213,7 +243,7 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
-def _text(doc: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = None) -> str:
+def _text(doc: Mapping[str, Any], name: str, pattern: _Hex | None = None) -> str:
     value = doc.get(name)
     if not isinstance(value, str) or len(value) > MAX_TEXT:
         raise ManifestError(f"field {name!r} must be a string, got {type(value).__name__}")
@@ -259,27 +289,30 @@ def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
     if not isinstance(files, dict) or not files or len(files) > MAX_FILES:
         raise ManifestError(f"field 'files' must be an object of 1 to {MAX_FILES} files")
     records = []
+    nested = False
     for path, meta in sorted(files.items()):
         safe_relpath(path)
-        if not isinstance(meta, dict):
+        if type(meta) is not dict:
             raise ManifestError(f"file {path!r}: record must be an object")
         sha, size, mode = meta.get("sha256"), meta.get("size"), meta.get("mode")
-        if not isinstance(sha, str) or not _SHA.match(sha):
+        if type(sha) is not str or not _SHA.match(sha):
             raise ManifestError(f"file {path!r}: sha256 must be 64 lower-case hex digits")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if type(size) is not int or size < 0:  # a bool is not a size
             raise ManifestError(f"file {path!r}: size must be a non-negative integer")
         if mode not in (0o444, 0o555):
             raise ManifestError(f"file {path!r}: mode must be 0o444 or 0o555, got {mode!r}")
         records.append(FileRecord(path, sha, size, mode))
-    _no_file_below_file(records)
+        nested = nested or "/" in path
+    if nested:  # only a path with a folder can lie below another file
+        _no_file_below_file(records)
     return tuple(records)
 
 
-_DEP_BASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_DEP_SHA = re.compile(r"[0-9a-f]{64}")
+_DEP_BASE = r"[a-z][a-z0-9_]{0,31}"
+_DEP_SHA = _SHA
 #: a path's characters: printable (a backslash is a file name's character on POSIX: the
 #: compiler reads `a\b.h` as that name, and a dependency is only stat'ed and hashed)
-_DEP_CHARS = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}")
+_DEP_CHARS = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}"
 
 
 def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
@@ -347,7 +380,7 @@ def _system(doc: Mapping[str, Any], local: bool) -> tuple[System, ...]:
 def _good_folder(base: str, folder: str) -> bool:
     """A folder as a dependency names a file, or a base's own root ('.'), or '/'."""
     if folder in (".", "/"):
-        return bool(_DEP_BASE.fullmatch(base)) and (folder == "/") == (base == "abs")
+        return bool(_pattern(_DEP_BASE).fullmatch(base)) and (folder == "/") == (base == "abs")
     return _good_dep([base, folder, "0" * 64])
 
 
@@ -373,7 +406,7 @@ def _good_dep(item: Any) -> bool:
     if type(item) is not list or len(item) != 3 or not all(type(x) is str for x in item):
         return False
     base, path, sha = item
-    if not (_DEP_SHA.fullmatch(sha) and _DEP_BASE.fullmatch(base) and _DEP_CHARS.fullmatch(path)):
+    if not (_DEP_SHA.fullmatch(sha) and _pattern(_DEP_BASE).fullmatch(base) and _pattern(_DEP_CHARS).fullmatch(path)):
         return False
     if path.startswith("/") != (base == "abs") or path == "/":
         return False
