@@ -322,3 +322,22 @@ def test_a_remote_that_stops_while_machines_wait_ends_in_local_builds(tmp_path: 
         holder.kill()
         holder.wait()
     assert got["origin"] == "built" and time.monotonic() - start < 15
+
+
+def test_the_walk_down_the_children_sees_what_a_pass_over_all_processes_sees() -> None:
+    """liveness reads each thread's list of children (a few reads: a renewal stays fast while
+    a Python builder holds the interpreter lock); a grandchild's CPU time counts as a child's."""
+    from abicache.remote import liveness
+
+    if not liveness._CHILDREN_LISTED:
+        pytest.skip("this kernel keeps no /proc/<pid>/task/<tid>/children lists")
+    burn = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\ntime.sleep(5)"
+    child = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"],
+                             start_new_session=True)
+    try:
+        time.sleep(2.0)  # the grandchild has burnt its second and sleeps
+        walked, scanned = liveness._walk_children(), liveness._scan_all()
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the grandchild too
+        child.wait()
+    assert walked >= 0.9 and abs(walked - scanned) < 0.1, (walked, scanned)

@@ -8,9 +8,9 @@ processes it started (gcc, nvcc, ld). So the lease carries the CPU seconds
 spent by this process (less the renewing thread's own) and by every process
 below it, alive or already reaped; waiters see that number stand still.
 
-Read from /proc on Linux (one pass over /proc/<pid>/stat, about 2 ms for a
-few hundred processes, every ttl/3 seconds); elsewhere from os.times() only,
-which counts children once they have exited.
+Read from /proc on Linux (each thread's list of children, down the tree, every
+ttl/3 seconds; a pass over every /proc/<pid>/stat where the kernel keeps no such
+lists); elsewhere from os.times() only, which counts children once they have exited.
 """
 
 from __future__ import annotations
@@ -33,6 +33,69 @@ def cpu_seconds() -> float:
 
 def _live_descendants() -> float:
     """utime + stime of every process below this one that has not been reaped yet."""
+    if _CHILDREN_LISTED:
+        return _walk_children()
+    return _scan_all()
+
+
+def _walk_children() -> float:
+    """From this process down, through each thread's list of children (/proc/<pid>/task/<tid>/
+    children): a few reads for a build of a few processes. Every system call here waits for the
+    interpreter lock to come back, and a builder burning CPU in Python holds it for 5 ms at a
+    time (sys.getswitchinterval()): a pass over all of /proc took 1-2 s so (the renewal came
+    too late and the lease looked dead), this takes milliseconds."""
+    me, total, seen = os.getpid(), 0, set()
+    pending = _children(me)
+    while pending and len(seen) < 4096:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        fields = _stat_fields(pid)
+        if fields is None:
+            continue  # exited while we looked (its time is in os.times() once reaped)
+        total += int(fields[11]) + int(fields[12])
+        pending += _children(pid)
+    return total / _TICK
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tasks:
+        data = _read(f"/proc/{pid}/task/{tid}/children")
+        if data:
+            found += [int(child) for child in data.split()]
+    return found
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
+    return fields if len(fields) >= 13 else None
+
+
+def _read(path: str) -> bytes | None:
+    """A small /proc file in three system calls (open() takes more)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _scan_all() -> float:
+    """Where the kernel lists no children (CONFIG_PROC_CHILDREN off): every process's parent, one pass."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -42,13 +105,8 @@ def _live_descendants() -> float:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue  # exited while we looked
-        fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
-        if len(fields) < 13:
+        fields = _stat_fields(int(name))
+        if fields is None:
             continue
         pid = int(name)
         parent[pid] = int(fields[1])
@@ -61,3 +119,7 @@ def _live_descendants() -> float:
         if up == me and pid != me:
             total += ticks[pid]
     return total / _TICK
+
+
+#: whether this kernel lists each thread's children (Linux 3.5+ with CONFIG_PROC_CHILDREN)
+_CHILDREN_LISTED = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
