@@ -46,9 +46,14 @@ def stopping() -> bool:
 
 @contextmanager
 def running(proc: subprocess.Popen[Any]) -> Iterator[None]:
-    """proc registered while it runs; killed with its group if the caller is interrupted."""
+    """proc registered while it runs; killed with its group if the caller is interrupted.
+    One started while stop() ran (after the caller's check, before it was registered
+    here) is killed at once: stop() did not see it."""
     with _lock:
         _running.add(proc)
+        late = _stopping.is_set()
+    if late:
+        _signal_group(proc, signal.SIGKILL)
     try:
         yield
     except BaseException:
