@@ -190,7 +190,7 @@ def test_verify_full_reports_and_quarantines_then_the_next_call_rebuilds(cache: 
     path.chmod(0o444)
     report = verify_store(cache.store, full=False)  # same size, same inode: its ctime tells
     assert not report.clean
-    assert [p.where.split("/")[-1] for p in report.problems] == [art.variant]
+    assert [p.where.split("/")[-1] for p in report.problems] == [f"{art.key}.{art.variant}"]
     assert "sha256" in report.problems[0].reason
     assert not any(cache.store.iter_variant_dirs())
     again = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 4096}))
@@ -304,7 +304,7 @@ def test_gc_evicts_least_recently_used_down_to_the_cap(cache: Cache) -> None:
         os.utime(art.path, (1000 + i, 1000 + i))
     report = collect_garbage(cache.store, max_size=2500)
     assert report.entries_removed == 3 and report.blobs_removed == 3
-    assert sorted(p.name for p in cache.store.iter_variant_dirs()) == sorted(a.variant for a in arts[3:])
+    assert sorted(p.name for p in cache.store.iter_variant_dirs()) == sorted(f"{a.key}.{a.variant}" for a in arts[3:])
     assert disk_usage(cache.store)[0] <= 2500
     assert verify_store(cache.store, full=True).clean
 
@@ -320,7 +320,7 @@ def test_gc_by_age_and_leftovers(cache: Cache) -> None:
     os.utime(stale, (time.time() - 86400,) * 2)
     report = collect_garbage(cache.store, max_age=30 * 86400)
     assert report.entries_removed == 1 and report.leftovers_removed == 1
-    assert [p.name for p in cache.store.iter_variant_dirs()] == [new.variant]
+    assert [p.name for p in cache.store.iter_variant_dirs()] == [f"{new.key}.{new.variant}"]
     assert live.exists() and not stale.exists()
 
 

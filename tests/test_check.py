@@ -54,7 +54,7 @@ def _forget(art: object, path: str) -> None:
     (vdir / mf.FILENAME).chmod(0o444)
     for stamp in vdir.glob(".abicache-*"):
         stamp.unlink()
-    os.rename(vdir, vdir.parent / doc["variant"])
+    os.rename(vdir, vdir.parent / f"{doc['key']}.{doc['variant']}")
 
 
 def test_a_sound_entry_is_the_same(project: Path, tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_abicache_check_env_checks_hits_in_the_background(project: Path, tmp_pat
     monkeypatch.setenv("PYTHONPATH", str(SRC))
     monkeypatch.setenv("ABICACHE_CHECK", "1")  # every hit
     assert _build(cache).hit
-    log = tmp_path / "store" / "v1" / "log" / "check.jsonl"
+    log = tmp_path / "store" / "v2" / "log" / "check.jsonl"
     deadline = time.monotonic() + 120
     while not log.exists() and time.monotonic() < deadline:
         time.sleep(0.2)

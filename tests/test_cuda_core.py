@@ -61,7 +61,7 @@ def test_a_cubin_is_not_returned_where_it_cannot_load_nor_after_a_changed_byte(r
     from abicache.cuda.program_cache import ProgramCache
 
     _compile(root)
-    (cubin,) = root.glob("v1/entries/cuda_core.program/*/*/*/program.cubin")
+    (cubin,) = root.glob("v2/entries/cuda_core.program/*/*/program.cubin")
     sm90 = ProgramCache(Cache(root), target={"gpu.arch": "sm_90"})
     sm80 = ProgramCache(Cache(root), target={"gpu.arch": "sm_80"})
     from cuda.core import ProgramOptions
@@ -112,4 +112,4 @@ def _any_cubin(root: Path) -> bytes:
 
 
 def _manifests(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in root.glob("v1/entries/cuda_core.program/*/*/*/manifest.json")]
+    return [json.loads(p.read_text()) for p in root.glob("v2/entries/cuda_core.program/*/*/manifest.json")]

@@ -108,13 +108,19 @@ def test_a_damaged_stamp_only_costs_a_check(project: Path, tmp_path: Path) -> No
     cc.build_library("x", src, cache=Cache(tmp_path / "store"))
     _settle()
     art = cc.build_library("x", src, cache=Cache(tmp_path / "store"))
+    (named,) = [p for p in art.path.iterdir() if p.name.startswith(stamps.NAME_PREFIX)]  # the stamp, a name
+    bad = art.path / f"{stamps.NAME_PREFIX}zz.9-x-1.{'0' * 31}"  # an index past the files, a bad number
+    named.rename(bad)
     for name in (stamps.FILENAME, stamps.DEPS_FILENAME):
         path = art.path / name
-        path.chmod(0o644)
+        if path.exists():
+            path.chmod(0o644)
         path.write_text('{"verified": "x", "files": 3, "deps_ok": [1, null]}')
         path.chmod(0o444)
     depcheck.forget()
     assert cc.load_library("x", src, cache=Cache(tmp_path / "store")).answer() == 41
+    assert not bad.exists() and not (art.path / stamps.FILENAME).exists()  # the check's new stamp replaced both
+    assert _stamp(Cache(tmp_path / "store"), art.path).files
 
 
 def test_sources_are_keyed_on_their_bytes(tmp_path: Path) -> None:

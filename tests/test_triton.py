@@ -68,7 +68,7 @@ def compile_with(python: str, root: Path, **env: str) -> dict:
 
 def entries(root: Path, kind: str | None = "triton") -> list:
     """The kernels in the store (kind "triton"); "triton.file" holds each put() alone."""
-    return [v for v in Cache(root).store.iter_variant_dirs() if kind in (None, v.parent.parent.parent.name)]
+    return [v for v in Cache(root).store.iter_variant_dirs() if kind in (None, v.parent.parent.name)]
 
 
 def test_one_compile_serves_python_311_and_312(py311: str, py312: str, tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_one_compile_serves_python_311_and_312(py311: str, py312: str, tmp_path:
     assert (first["py"], second["py"]) == ("3.11", "3.12")
     assert first["cubin_sha"] == second["cubin_sha"]
     assert len(entries(root)) == 1  # the second interpreter hit
-    cubins = [p for p in (root / "v1" / "blobs").rglob("*") if p.is_file() and
+    cubins = [p for p in (root / "v2" / "blobs").rglob("*") if p.is_file() and
               __import__("hashlib").sha256(p.read_bytes()).hexdigest() == first["cubin_sha"]]
     assert len(cubins) == 1
     assert first["libtriton_opened"] == [] and second["libtriton_opened"] == []

@@ -40,7 +40,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 from .config import human_size
 from .errors import AbicacheError, ManifestError, UsageError
 from .store import Manifest, Store
-from .store.layout import name_digest
+from .store.layout import Layout
 from .store.manifest import FILENAME, preference
 
 #: the folder of a bundle wheel's package that holds the store
@@ -122,15 +122,16 @@ def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any 
                 blobs: bool = False) -> None:
     """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555;
     with a signer (remote/keys.py), each manifest signed by it, else copied byte for byte.
-    blobs: each distinct file once, in v1/blobs/ as the local store keeps it, and the entries'
+    blobs: each distinct file once, in v2/blobs/ as the local store keeps it, and the entries'
     folders hold their manifests only (a wheel: a file shared by variants is shipped once;
     tiers.py copies an entry into the local store at its first use)."""
     if out.exists():
         raise UsageError(f"{out} already exists: bundle into a new folder")
-    top = out / "v1"
+    layout = Layout(out)
+    top = layout.base
     (top / "entries").mkdir(parents=True)  # a store, even of no entries (a base wheel whose providers hold all)
     for vdir, manifest in chosen:
-        target = top / "entries" / manifest.kind / manifest.key[:2] / manifest.key / manifest.variant
+        target = layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
         target.mkdir(parents=True, exist_ok=True, mode=0o755)
         for record in manifest.files:
             path = target / record.path
@@ -147,8 +148,7 @@ def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any 
         else:
             (target / FILENAME).write_bytes(signer.sign(manifest).dumps())
         (target / FILENAME).chmod(0o444)
-        digest = name_digest(manifest.name)
-        marker = top / "index" / manifest.kind / digest[:2] / f"{digest}.{manifest.key}"
+        marker = layout.name_marker(manifest.kind, manifest.name, manifest.key)
         marker.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         marker.touch(mode=0o444)
     for folder, dirs, _ in os.walk(out):

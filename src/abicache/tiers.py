@@ -47,6 +47,7 @@ from . import asked, config
 from .errors import AbicacheError, AbicacheWarning, ManifestError
 from .store import Manifest, Store, blobs
 from .store import deps as depcheck
+from .store.layout import LAYOUT_VERSION, OLD_VERSIONS
 from .store.manifest import preference
 
 #: the group of entry points installed packages register their stores under
@@ -247,8 +248,11 @@ def _usable(listed: Iterable[tuple[Path, str]]) -> list[Tier]:
         if real in seen:
             continue
         seen.add(real)
-        if not os.path.isdir(os.path.join(root, "v1", "entries")):
-            _warn(f"abicache: {root} ({origin}) is not an abicache store (no v1/entries folder): skipped")
+        if not os.path.isdir(os.path.join(root, LAYOUT_VERSION, "entries")):
+            old = [v for v in OLD_VERSIONS if os.path.isdir(os.path.join(root, v, "entries"))]
+            why = (f"a store of the older layout {old[0]} (bundle it again with this abicache)" if old
+                   else f"not an abicache store (no {LAYOUT_VERSION}/entries folder)")
+            _warn(f"abicache: {root} ({origin}) is {why}: skipped")
             continue
         try:
             tier = Tier(root, origin)

@@ -48,10 +48,9 @@ def variant_dirs(entries: str, kinds: list[str] | None = None) -> Iterator[tuple
     for kind in sorted(kinds if kinds is not None else _folders(entries)):
         kind_dir = f"{entries}/{kind}"
         for prefix in _folders(kind_dir):
-            for key in _folders(f"{kind_dir}/{prefix}"):
-                key_dir = f"{kind_dir}/{prefix}/{key}"
-                for variant in _folders(key_dir):
-                    yield kind, f"{key_dir}/{variant}"
+            for name in _folders(f"{kind_dir}/{prefix}"):
+                if "." in name:  # <key>.<variant>: read() checks both
+                    yield kind, f"{kind_dir}/{prefix}/{name}"
 
 
 def rows(entries: str, kinds: list[str] | None = None) -> list[Row]:

@@ -40,7 +40,6 @@ except ImportError:
     raise MissingExtraError("abicache.cuda.program_cache needs cuda.core 1.2 or later, which is not installed; "
                             "install it with: pip install 'abicache[cuda-core]'") from None
 from ..store import counters
-from ..store.local import subdirs
 
 KIND = "cuda_core.program"
 
@@ -107,10 +106,7 @@ class ProgramCache(ProgramCacheResource):
 
     def _variant_dirs(self) -> Any:
         self._cache.store.ensure()
-        kind_dir = self._cache.store.layout.entries / KIND
-        for prefix in subdirs(kind_dir):
-            for key_dir in subdirs(prefix):
-                yield from subdirs(key_dir)
+        return self._cache.store.iter_kind(KIND)
 
     @staticmethod
     def _cache_inputs(inputs: Mapping[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ManifestError
+from .layout import OLD_VERSIONS, entry_name
 from .local import Store, children, stage_in_use
 from .lock import unless_in_use
 
@@ -93,8 +94,10 @@ def collect_garbage(
     if not dry_run:
         size -= _drop_orphans(store, [Path(e.path) for e in store.iter_blobs()], report)
         report.leftovers_removed = _drop_leftovers(store, tmp_age)
-        report.strays_removed = _drop_empty_folders(store) + _drop_stray_locks(store)
-        _drop_stale_index(store)  # after the empty key folders: a marker names a key with an entry
+        keys = _keys(store)
+        report.strays_removed = _drop_empty_folders(store) + _drop_stray_locks(store, keys)
+        report.strays_removed += _drop_old_layouts(store)
+        _drop_stale_index(store, keys)
     report.bytes_after = size if not dry_run else report.bytes_before
     return report
 
@@ -102,7 +105,7 @@ def collect_garbage(
 def _lock_of(store: Store, vdir: Path) -> Path:
     """The lock file of the entry's key (a folder not named by a key has none)."""
     try:
-        return store.layout.lock_file(vdir.parent.name)
+        return store.layout.lock_file(vdir.name.partition(".")[0])
     except ValueError:
         return store.layout.locks / "-"
 
@@ -155,32 +158,34 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
     return removed
 
 
-def _drop_stale_index(store: Store) -> None:
-    """Index markers of keys no entry has: <digest>.<key> files in folders of 256, and
-    <digest>/<key> in the folder per name that stores written before kept."""
+def _keys(store: Store) -> dict[str, set[str]]:
+    """kind -> the keys that have an entry (read from the folders' names)."""
+    keys: dict[str, set[str]] = {}
+    for kind_dir in children(store.layout.entries):
+        named = (entry_name(vdir.name) for prefix in children(kind_dir) for vdir in children(prefix))
+        keys[kind_dir.name] = {found[0] for found in named if found}
+    return keys
+
+
+def _drop_stale_index(store: Store, keys: dict[str, set[str]]) -> None:
+    """Index markers (<digest>.<key> files in folders of 256) of keys no entry has."""
     for kind_dir in children(store.layout.index):
         for folder in children(kind_dir):
             for marker in children(folder):
                 key = marker.name.rpartition(".")[2]
-                try:
-                    stale = not store.layout.key_dir(kind_dir.name, key).exists()
-                except ValueError:
-                    stale = True  # not a key's name: nothing the index serves
-                if stale:
+                if key not in keys.get(kind_dir.name, ()):
                     marker.unlink(missing_ok=True)
             _rmdir(folder)
         _rmdir(kind_dir)
 
 
 def _drop_empty_folders(store: Store) -> int:
-    """Key and prefix folders left empty by evictions, untouched for a minute (a commit
-    makes its key folder, then renames its entry into it: that folder is left alone;
+    """Prefix and kind folders left empty by evictions, untouched for a minute (a commit
+    makes its prefix folder, then renames its entry into it: that folder is left alone;
     rmdir never removes a folder that is not empty)."""
     removed = 0
     for kind_dir in children(store.layout.entries):
         for prefix in children(kind_dir):
-            for key_dir in children(prefix):
-                removed += _rmdir(key_dir)
             removed += _rmdir(prefix)
         removed += _rmdir(kind_dir)
     for prefix in children(store.layout.locks):
@@ -188,12 +193,11 @@ def _drop_empty_folders(store: Store) -> int:
     return removed
 
 
-def _drop_stray_locks(store: Store) -> int:
+def _drop_stray_locks(store: Store, by_kind: dict[str, set[str]]) -> int:
     """Lock files (and their holder notes) of keys no entry has, untouched for SETTLED
     seconds and held by nobody (a build in progress holds its key's lock). One taken
     between a builder's open and its flock costs at most a second build of that key."""
-    keys = {key_dir.name for kind_dir in children(store.layout.entries) for prefix in children(kind_dir)
-            for key_dir in children(prefix)}
+    keys = set().union(*by_kind.values())
     removed, now = 0, time.time()
     for prefix in children(store.layout.locks):
         for lock in children(prefix):
@@ -210,6 +214,23 @@ def _drop_stray_locks(store: Store) -> int:
                     for path in (lock, lock.with_suffix(".holder")):
                         path.unlink(missing_ok=True)
                     removed += 1
+    return removed
+
+
+def _drop_old_layouts(store: Store) -> int:
+    """The folders of older layouts (v1/ beside v2/): nothing reads them any more. Each
+    leaves by one rename into trash/, as an entry does (a process still mapping a .so
+    from it keeps its mapping)."""
+    removed = 0
+    for version in OLD_VERSIONS:
+        old = store.layout.root / version
+        try:
+            if not store.trust.ok(old.lstat()) or not old.is_dir():
+                continue  # not ours to remove: verify and ensure say why
+        except FileNotFoundError:
+            continue
+        store.remove_tree(old)
+        removed += 1
     return removed
 
 

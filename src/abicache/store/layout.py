@@ -1,4 +1,9 @@
-"""Where everything lives under a store root (versioned: <root>/v1/...)."""
+"""Where everything lives under a store root (versioned: <root>/v2/...).
+
+v2 (from v1): an entry's folder is entries/<kind>/<key[:2]>/<key>.<variant>, no
+folder per key; each folder is a 4 KiB block of its own on ext4, as every small
+file is, so an entry is its folder and its manifest (stamps are names: stamps.py).
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,23 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-LAYOUT_VERSION = "v1"
+LAYOUT_VERSION = "v2"
+#: layouts of older versions, removed whole by gc (what they hold is never read)
+OLD_VERSIONS = ("v1",)
 #: the folders under <root>/v1, made (and checked) by Store.ensure
 FOLDERS = ("entries", "blobs", "tmp", "locks", "quarantine", "trash", "index", "log", "tools")
-_KIND = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_HEX = re.compile(r"^[0-9a-f]{16,64}$")
+_KIND = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+_HEX = re.compile(r"[0-9a-f]{16,64}")
 
 
 def check_kind(kind: str) -> str:
-    if not _KIND.match(kind):
+    if not _KIND.fullmatch(kind):
         raise ValueError(f"artifact kind {kind!r} must be lower-case letters, digits, '.', '_', '-'")
     return kind
 
 
 def check_hex(value: str, what: str) -> str:
-    if not _HEX.match(value):
+    if not _HEX.fullmatch(value):
         raise ValueError(f"{what} {value!r} is not a lower-case hex digest")
     return value
 
@@ -70,13 +77,14 @@ class Layout(NamedTuple):
     def tools(self) -> Path:
         return self.base / "tools"
 
-    def key_dir(self, kind: str, key: str) -> Path:
-        # one Path made from one string: four joins cost more than the lookup's stats
-        return Path(f"{os.fspath(self.root)}/{LAYOUT_VERSION}/entries/{check_kind(kind)}/{key[:2]}/"
-                    f"{check_hex(key, 'key')}")
+    def prefix_dir(self, kind: str, key: str) -> Path:
+        """The folder of every variant of keys starting as key does (256 per kind)."""
+        return Path(f"{os.fspath(self.root)}/{LAYOUT_VERSION}/entries/{check_kind(kind)}/{key[:2]}")
 
     def variant_dir(self, kind: str, key: str, variant: str) -> Path:
-        return self.key_dir(kind, key) / check_hex(variant, "variant")
+        # one Path made from one string: joins cost more than the lookup's stats
+        return Path(f"{os.fspath(self.root)}/{LAYOUT_VERSION}/entries/{check_kind(kind)}/{key[:2]}/"
+                    f"{check_hex(key, 'key')}.{check_hex(variant, 'variant')}")
 
     def blob(self, sha256: str, executable: bool) -> Path:
         name = check_hex(sha256, "sha256") + ("x" if executable else "")
@@ -88,12 +96,16 @@ class Layout(NamedTuple):
         digest = name_digest(name)
         return self.index / check_kind(kind) / digest[:2] / f"{digest}.{check_hex(key, 'key')}"
 
-    def name_dir(self, kind: str, name: str) -> Path:
-        """The index's folder per (kind, name) of stores written before name_marker: still read."""
-        return self.index / check_kind(kind) / name_digest(name)
-
     def lock_file(self, key: str) -> Path:
         return self.locks / key[:2] / f"{check_hex(key, 'key')}.lock"
+
+
+def entry_name(name: str) -> tuple[str, str] | None:
+    """(key, variant) of an entry folder's name "<key>.<variant>"; None for any other name."""
+    key, dot, variant = name.partition(".")
+    if not dot or not _HEX.fullmatch(key) or not _HEX.fullmatch(variant):
+        return None
+    return key, variant
 
 
 def name_digest(name: str) -> str:

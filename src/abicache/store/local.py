@@ -14,7 +14,7 @@ from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
 from . import blobs, deps, manifest as mf, stamps
-from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex
+from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
 from .trust import Trust, ensure_root
@@ -94,7 +94,14 @@ class Store(Publishing):
     # ---- read side -------------------------------------------------------
 
     def variant_dirs(self, kind: str, key: str) -> list[Path]:
-        return subdirs(self.layout.key_dir(kind, key))
+        """The folders of key's variants: "<key>.<variant>" in its prefix folder."""
+        prefix = self.layout.prefix_dir(kind, check_hex(key, "key"))
+        start = key + "."
+        try:
+            names = os.listdir(prefix)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [Path(f"{prefix}/{n}") for n in sorted(names) if n.startswith(start) and entry_name(n)]
 
     def read_manifest(self, vdir: Path) -> Manifest:
         """The validated manifest of a variant dir; it must describe that very
@@ -108,8 +115,8 @@ class Store(Publishing):
         finally:
             os.close(fd)
         manifest = mf.parse(data, local=True)
-        key_dir, variant = os.path.split(vdir)
-        where = (os.path.basename(os.path.dirname(os.path.dirname(key_dir))), os.path.basename(key_dir), variant)
+        prefix, name = os.path.split(vdir)
+        where = (os.path.basename(os.path.dirname(prefix)), *(entry_name(name) or ("", "")))
         if (manifest.kind, manifest.key, manifest.variant) != where:
             raise ManifestError(
                 f"manifest in {vdir} describes {manifest.kind}/{manifest.key[:16]}/"
@@ -125,9 +132,8 @@ class Store(Publishing):
         of ours that others could write is repaired: (why, None), and the
         caller checks the entry in full."""
         v = os.fspath(vdir)
-        key = os.path.dirname(v)
-        prefix = os.path.dirname(key)
-        for name in (os.path.dirname(prefix), prefix, key, v):
+        prefix = os.path.dirname(v)
+        for name in (os.path.dirname(prefix), prefix, v):
             try:
                 st = os.lstat(name)
             except FileNotFoundError:
@@ -151,7 +157,8 @@ class Store(Publishing):
         chain = self.chain_problem(vdir)
         if chain is not None and chain[1] is not None:
             return chain[0], [], chain[1]
-        stamp = stamps.read(vdir, self.trust.ok)
+        order = sorted(record.path for record in manifest.files)
+        stamp = stamps.read(vdir, self.trust.ok, order)
         full = full or chain is not None or time.time() - stamp.verified > max_age
         hashed: dict[str, stamps.Witness] = {}
         folder = os.fspath(vdir) + os.sep  # strings, not Paths: a join per file is most of a hit's time
@@ -178,14 +185,16 @@ class Store(Publishing):
         if hashed:
             every = len(hashed) == len(manifest.files)
             kept = {p: w for p, w in stamp.files.items() if p not in hashed}
-            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps_ok, seen_ns=seen)
+            stamps.write(vdir, kept, hashed, time.time() if every else stamp.verified, stamp.deps_ok, seen_ns=seen,
+                         order=order, old=stamp.names)
         return None
 
     def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
         """The first of the entry's dependencies whose file changed (None: all
         current); witnesses of current ones are remembered in its stamp for
         the next process."""
-        stamp = stamps.read(vdir, self.trust.ok)
+        order = sorted(record.path for record in manifest.files)
+        stamp = stamps.read(vdir, self.trust.ok, order)
         absent, env, system = manifest.absent, manifest.env, manifest.system
         if stamp.deps_ok and deps.summary(manifest.deps, bases, None, absent, env, system) in stamp.deps_ok:
             return None  # the common hit: no file was touched since all were found current
@@ -193,7 +202,7 @@ class Store(Publishing):
         changed, current = deps.first_changed(manifest.deps, bases, remembered, absent, env, system)
         if changed is None and current:
             stamps.remember_deps(vdir, stamp, remembered, current,
-                                 deps.summary(manifest.deps, bases, current, absent, env, system))
+                                 deps.summary(manifest.deps, bases, current, absent, env, system), order)
         return changed
 
     def _file_problem(self, record: FileRecord, st: os.stat_result) -> str | None:
@@ -232,7 +241,7 @@ class Store(Publishing):
         blobs) out of the way, with the reason."""
         self.make_dir(self.layout.quarantine)
         target = self.layout.quarantine / (
-            f"{time.strftime('%Y%m%dT%H%M%S')}-{path.parent.name[:16]}-{path.name}-{os.getpid()}"
+            f"{time.strftime('%Y%m%dT%H%M%S')}-{_short(path.name)}-{os.getpid()}"
             f"-{time.monotonic_ns() % 10**9}"
         )
         try:
@@ -286,18 +295,14 @@ class Store(Publishing):
             return []
 
     def keys_named(self, kind: str, name: str) -> list[str]:
-        """The keys built under (kind, name), by the index (both of its forms)."""
+        """The keys built under (kind, name), by the index."""
         marker = self.layout.name_marker(kind, name, "0" * 64)
         start = marker.name[:33]  # "<name digest>."
-        keys = []
-        for folder, named in ((marker.parent, lambda n: n[33:] if n.startswith(start) else ""),
-                              (self.layout.name_dir(kind, name), lambda n: n)):
-            try:
-                with os.scandir(folder) as it:
-                    keys += [key for key in map(named, (e.name for e in it)) if len(key) == 64]
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-        return keys
+        try:
+            with os.scandir(marker.parent) as it:
+                return [e.name[33:] for e in it if e.name.startswith(start) and len(e.name) == 33 + 64]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def remove_tree(self, path: Path) -> None:
         """Rename into trash/ first (atomic for readers), then delete."""
@@ -314,17 +319,20 @@ class Store(Publishing):
     # ---- enumeration -----------------------------------------------------
 
     def iter_variant_dirs(self) -> Iterator[Path]:
-        """Every variant directory: entries/<kind>/<xx>/<key>/<variant>."""
+        """Every variant directory: entries/<kind>/<xx>/<key>.<variant>."""
         for kind_dir in subdirs(self.layout.entries):
-            for prefix in subdirs(kind_dir):
-                for key_dir in subdirs(prefix):
-                    yield from subdirs(key_dir)
+            yield from self.iter_kind(kind_dir.name)
+
+    def iter_kind(self, kind: str) -> Iterator[Path]:
+        """Every variant directory of one kind."""
+        for prefix in subdirs(self.layout.entries / kind):
+            yield from (vdir for vdir in subdirs(prefix) if entry_name(vdir.name))
 
     def iter_name_variants(self, kind: str, name: str) -> Iterator[Path]:
         """Variant directories of the keys built under (kind, name), by the index."""
         for key in self.keys_named(kind, name):
             try:
-                yield from subdirs(self.layout.key_dir(kind, key))
+                yield from self.variant_dirs(kind, key)
             except ValueError:
                 continue  # not a key's name: the index is advisory
 
@@ -342,6 +350,12 @@ class Store(Publishing):
             return check_hex(digest, "blob")
         except ValueError:
             return None
+
+
+def _short(name: str) -> str:
+    """An entry folder's name with its key cut to 16 digits (quarantine's names)."""
+    key, _, variant = name.partition(".")
+    return f"{key[:16]}-{variant}" if variant else name
 
 
 def _read_upto(fd: int, limit: int, size_hint: int = 1 << 20) -> bytes:

@@ -213,7 +213,7 @@ class Publishing:
                 witnessed[rel] = stamps.witness(st)
         if witnessed:
             stamps.write(vdir, {}, witnessed, time.time() if len(witnessed) == len(manifest.files) else 0.0,
-                         seen_ns=seen)
+                         seen_ns=seen, order=sorted(r.path for r in manifest.files))
 
     def _copy_publish(self, stage: Path, final: Path, manifest: Manifest) -> tuple[Path, bool]:
         """TEST ONLY (bench/faults.py and tests/test_crash.py prove the harness can

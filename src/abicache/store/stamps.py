@@ -21,6 +21,14 @@ Two details make this sound:
   changes its ctime; the next hit of every entry sharing it re-hashes once
   and re-stamps. That costs a hash, never a wrong answer.
 
+A stamp is the name of an empty file in the variant's folder (NAME_PREFIX,
+then the fields: the witnesses in the manifest's file order), so it takes no
+block of its own and a hit reads it with the listing of the folder; one that
+does not fit in a name (many files, many checkouts) is a JSON file
+(FILENAME) instead. Two processes stamping at once leave two names: a reader
+takes both (each was true when written, and a witness never comes back), the
+next writer removes what it read.
+
 An entry compiled from project headers (deps.py) also keeps, beside its
 stamp, the witness of each header at which it last held its recorded bytes
 (DEPS_FILENAME, read only when something changed), and in the stamp the
@@ -37,6 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 FILENAME = ".abicache-stamp"
+NAME_PREFIX = ".abicache-s."
+_NAME_MAX = 255  # bytes in a file's name: ext4, xfs, btrfs, tmpfs, NFS
 DEPS_FILENAME = ".abicache-deps"
 #: summaries kept per entry: one per checkout (base folders) that uses it, the newest first
 MAX_SUMMARIES = 8
@@ -67,27 +77,104 @@ def witness(st: os.stat_result) -> Witness:
 class Stamp:
     """What the last full check of a variant found, read from its stamp file."""
 
-    __slots__ = ("verified", "files", "deps_ok")
+    __slots__ = ("verified", "files", "deps_ok", "names")
 
     def __init__(self, verified: float = 0.0, files: Mapping[str, Witness] | None = None,
-                 deps_ok: Sequence[str] = ()) -> None:
+                 deps_ok: Sequence[str] = (), names: Sequence[str] = ()) -> None:
         self.verified = verified
         self.files = dict(files or {})
         self.deps_ok = tuple(deps_ok)  # summaries of dependency witnesses found current
+        self.names = tuple(names)  # where it was read from: what the next write replaces
 
     def vouches_for(self, path: str, st: os.stat_result) -> bool:
         return self.files.get(path) == witness(st)
 
+    def merge(self, other: Stamp) -> None:
+        self.verified = max(self.verified, other.verified)
+        self.files.update(other.files)
+        self.deps_ok = (*self.deps_ok, *(d for d in other.deps_ok if d not in self.deps_ok))[:MAX_SUMMARIES]
+        self.names += other.names
 
-def read(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> Stamp:
-    """The variant's stamp; an empty one if absent, unreadable or not trusted."""
-    doc = _read_json(vdir / FILENAME, trusted)
+
+def read(vdir: Path, trusted: Callable[[os.stat_result], bool], order: Sequence[str] | None = None) -> Stamp:
+    """The variant's stamp; an empty one if absent, unreadable or not trusted. order:
+    the manifest's file paths, sorted (read from the manifest there if not given).
+    A name is as trusted as the folder it is in: none is read from a folder that
+    `trusted` refuses (the same calls as os.listdir: open, fstat, getdents)."""
+    stamp = Stamp()
+    try:
+        fd = os.open(vdir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return stamp
+    try:
+        if not trusted(os.fstat(fd)):
+            return stamp
+        names = os.listdir(fd)
+    except OSError:
+        return stamp
+    finally:
+        os.close(fd)
+    for name in names:
+        if name.startswith(NAME_PREFIX):
+            stamp.merge(_decode(name, order if order is not None else _order(vdir)))
+        elif name == FILENAME:
+            stamp.merge(_from_json(_read_json(vdir / FILENAME, trusted)))
+    return stamp
+
+
+def _from_json(doc: Any) -> Stamp:
     try:
         files = {str(p): (int(w[0]), int(w[1]), int(w[2])) for p, w in doc["files"].items()}
         deps_ok = doc.get("deps_ok", [])  # a wrong one only fails to vouch
-        return Stamp(float(doc["verified"]), files, [d for d in deps_ok if type(d) is str][:MAX_SUMMARIES])
+        return Stamp(float(doc["verified"]), files, [d for d in deps_ok if type(d) is str][:MAX_SUMMARIES],
+                     [FILENAME])
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return Stamp()
+        return Stamp(names=[FILENAME])
+
+
+def _encode(order: Sequence[str], files: Mapping[str, Sequence[int]], verified: float,
+            deps_ok: Sequence[str]) -> str | None:
+    """NAME_PREFIX<verified ms>.<index-inode-size-ctime>_...<.summary_...>, numbers in
+    base 36; None where that is too long for a file's name."""
+    index = {path: i for i, path in enumerate(order)}
+    witnessed = sorted((index[p], *w) for p, w in files.items() if p in index)
+    fields = "_".join("-".join(map(_b36, w)) for w in witnessed)
+    name = f"{NAME_PREFIX}{_b36(max(0, int(verified * 1000)))}.{fields}.{'_'.join(deps_ok)}"
+    return name if len(name.encode()) <= _NAME_MAX else None
+
+
+def _decode(name: str, order: Sequence[str]) -> Stamp:
+    try:
+        verified, fields, summaries = name[len(NAME_PREFIX):].split(".")
+        files = {}
+        for field in filter(None, fields.split("_")):
+            i, ino, size, ctime = (int(v, 36) for v in field.split("-"))
+            files[order[i]] = (ino, size, ctime)
+        deps_ok = [d for d in summaries.split("_") if d][:MAX_SUMMARIES]
+        return Stamp(int(verified, 36) / 1000, files, deps_ok, [name])
+    except (ValueError, IndexError):
+        return Stamp(names=[name])  # a wrong one only fails to vouch; the next write removes it
+
+
+def _b36(n: int) -> str:
+    if n < 0:
+        raise ValueError(n)
+    digits = ""
+    while True:
+        n, r = divmod(n, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+        if not n:
+            return digits
+
+
+def _order(vdir: Path) -> list[str]:
+    """The manifest's file paths, sorted: what a stamp's indexes count (no trust needed:
+    a wrong order only fails to vouch, as a witness of another file never matches)."""
+    try:
+        files = json.loads((vdir / "manifest.json").read_bytes()[:_MAX_BYTES])["files"]
+        return sorted(str(p) for p in files)
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def read_deps(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> dict[str, list[int]]:
@@ -111,26 +198,37 @@ def _read_json(path: Path, trusted: Callable[[os.stat_result], bool]) -> Any:
 
 
 def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness], verified: float,
-          deps_ok: Sequence[str] = (), force: bool = False, seen_ns: int | None = None) -> None:
+          deps_ok: Sequence[str] = (), force: bool = False, seen_ns: int | None = None,
+          order: Sequence[str] | None = None, old: Sequence[str] = ()) -> None:
     """Record the files just hashed (all of them matched) beside those the old
     stamp still vouches for. Racy ones are left out and will be hashed again;
     when that leaves nothing new, nothing is written (a hit right after a
     build writes nothing). seen_ns: when the hashed witnesses were first
-    seen (default: now). Written to a temporary name, then renamed: readers
-    see the old stamp or the new one, and a planted link is replaced, not
-    followed."""
+    seen (default: now). order: the manifest's sorted file paths; old: the
+    names the old stamp was read from (Stamp.names), removed once the new one
+    is there. A name is made with O_EXCL (a planted link is not followed); a
+    stamp too long for a name is written to a temporary file, then renamed."""
     now_ns = time.time_ns()
     seen = now_ns if seen_ns is None else seen_ns
     fresh = {p: list(w) for p, w in hashed.items() if settled(w[2], seen)}
     if not fresh and not force:
         return
     files = {**{p: list(w) for p, w in kept.items()}, **fresh}
-    doc = {"verified": verified, "files": files, "deps_ok": list(deps_ok)}
-    _replace(vdir, FILENAME, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
+    name = _encode(order if order is not None else _order(vdir), files, verified, deps_ok)
+    if name is None:
+        doc = {"verified": verified, "files": files, "deps_ok": list(deps_ok)}
+        _replace(vdir, FILENAME, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
+        name = FILENAME
+    elif not _create(vdir / name):
+        return  # a read-only store: every hit re-hashes instead
+    for gone in old:
+        if gone != name:
+            _unlink(vdir / gone)
 
 
 def remember_deps(vdir: Path, stamp: Stamp, remembered: Mapping[str, Sequence[int]],
-                  current: Mapping[str, Sequence[int]], summary: str | None) -> None:
+                  current: Mapping[str, Sequence[int]], summary: str | None,
+                  order: Sequence[str] | None = None) -> None:
     """Add the witnesses of dependencies just found current (if any are new)
     and, where every one was settled, their summary."""
     if not all(remembered.get(p) == [*w] for p, w in current.items()):
@@ -140,7 +238,25 @@ def remember_deps(vdir: Path, stamp: Stamp, remembered: Mapping[str, Sequence[in
         _replace(vdir, DEPS_FILENAME, json.dumps(merged, separators=(",", ":")).encode(), time.time_ns())
     if summary is not None and summary not in stamp.deps_ok:
         kept = (summary, *stamp.deps_ok)[:MAX_SUMMARIES]
-        write(vdir, stamp.files, {}, stamp.verified, kept, force=True)
+        write(vdir, stamp.files, {}, stamp.verified, kept, force=True, order=order, old=stamp.names)
+
+
+def _create(path: Path) -> bool:
+    """An empty file at path (or there already: the same stamp); False if it cannot be made."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444))
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # another writer removed it first, or a read-only store
 
 
 def _replace(vdir: Path, name: str, data: bytes, now_ns: int) -> None:

@@ -1,0 +1,130 @@
+"""The store's on-disk layout v2 (store/layout.py, store/stamps.py): an entry is its
+folder "<key>.<variant>" in a prefix folder and its manifest; its stamp is a name."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache
+from abicache.errors import AbicacheWarning
+from abicache.store import blobs, stamps
+from abicache.store.gc import collect_garbage
+from abicache.store.layout import LAYOUT_VERSION, entry_name
+from conftest import writer
+
+INPUTS = {"sources": {"x.txt": "payload"}}
+
+
+def _settle() -> None:
+    time.sleep(stamps.FINE_SECONDS * 3)  # a ctime younger than this is not stamped
+
+
+def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    hashed: list[str] = []
+    real = blobs.hash_file
+    monkeypatch.setattr(blobs, "hash_file", lambda p: hashed.append(str(p)) or real(p))
+    return hashed
+
+
+def test_an_entry_is_its_folder_and_its_manifest(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No folder per key, and the stamp a later hit writes takes no block: beyond the
+    artifact's own file, an entry is two blocks (its folder, its manifest)."""
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": os.urandom(512)}))
+    assert art.path.parent == root / LAYOUT_VERSION / "entries" / "t" / art.key[:2]
+    assert entry_name(art.path.name) == (art.key, art.variant)
+    _settle()
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # hashes once, stamps
+    names = sorted(os.listdir(art.path))
+    assert names[1:] == ["lib.so", "manifest.json"] and names[0].startswith(stamps.NAME_PREFIX), names
+    assert os.lstat(art.path / names[0]).st_blocks == 0
+    hashed = _count_hashes(monkeypatch)
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
+    assert hashed == []  # the name vouched for the file
+
+
+def test_a_stamp_too_long_for_a_name_is_a_file(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {f"part{n:02}.bin": os.urandom(64) for n in range(20)}
+    art = Cache(root).get_or_build("t", "many", INPUTS, writer(files))
+    _settle()
+    assert Cache(root).get_or_build("t", "many", INPUTS, writer({})).hit
+    assert (art.path / stamps.FILENAME).is_file()
+    assert not [n for n in os.listdir(art.path) if n.startswith(stamps.NAME_PREFIX)]
+    hashed = _count_hashes(monkeypatch)
+    assert Cache(root).get_or_build("t", "many", INPUTS, writer({})).hit
+    assert hashed == []
+
+
+def test_two_stamps_written_at_once_are_both_read_and_the_next_write_replaces_them(root: Path) -> None:
+    art = Cache(root).get_or_build("t", "two", INPUTS, writer({"a.so": b"a" * 100, "b.so": b"b" * 100}))
+    order = ["a.so", "b.so"]
+    _settle()
+    wa, wb = (stamps.witness(os.lstat(art.path / name)) for name in order)
+    stamps.write(art.path, {}, {"a.so": wa}, 0.0, order=order)  # two writers, neither saw the other's
+    stamps.write(art.path, {}, {"b.so": wb}, 0.0, ["f" * 32], order=order)
+    both = stamps.read(art.path, lambda st: True, order)
+    assert both.files == {"a.so": wa, "b.so": wb} and both.deps_ok == ("f" * 32,) and len(both.names) == 2
+    stamps.write(art.path, both.files, {}, 1.0, both.deps_ok, force=True, order=order, old=both.names)
+    (name,) = [n for n in os.listdir(art.path) if n.startswith(stamps.NAME_PREFIX)]
+    again = stamps.read(art.path, lambda st: True)  # the order read from the manifest
+    assert again.files == both.files and again.verified == 1.0 and again.names == (name,)
+
+
+def test_a_stamp_never_vouches_for_a_changed_file(root: Path) -> None:
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 4096}))
+    _settle()
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # stamped
+    path = art.file()
+    path.chmod(0o644)
+    with open(path, "r+b") as fh:
+        fh.write(b"Z")  # same size, same inode: only the ctime tells
+    path.chmod(0o444)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 4096}))
+    assert not again.hit and again.file().read_bytes() == b"A" * 4096
+
+
+def test_gc_removes_the_old_layout_and_what_no_entry_owns(root: Path) -> None:
+    cache = Cache(root)
+    cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"x"}))
+    old = root / "v1" / "entries" / "t" / "ab" / ("ab" * 32) / ("0" * 16)
+    old.mkdir(parents=True, mode=0o700)
+    (old / "lib.so").write_bytes(b"old")
+    for folder in (root / "v1", *old.parents):
+        if root / "v1" in (folder, *folder.parents):
+            folder.chmod(0o700)
+    report = collect_garbage(cache.store)
+    assert not (root / "v1").exists() and report.strays_removed >= 1
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # v2 untouched
+
+
+def test_a_read_only_store_of_the_old_layout_is_named_and_skipped(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache import tiers
+
+    old = tmp_path / "shipped"
+    (old / "v1" / "entries").mkdir(parents=True)
+    monkeypatch.setenv("ABICACHE_READ_STORES", str(old))
+    tiers.forget()
+    tiers._warned.clear()
+    with pytest.warns(AbicacheWarning, match="older layout v1 .*bundle it again"):
+        assert tiers.tiers() == []
+
+
+def test_no_stamp_is_read_from_a_folder_others_may_write(root: Path) -> None:
+    """A stamp's name is as trusted as its folder: in one that others may write (an
+    older abicache under umask 000, or a planted folder), it vouches for nothing."""
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"x" * 100}))
+    _settle()
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
+    assert stamps.read(art.path, Cache(root).store.trust.ok).files
+    art.path.chmod(0o777)
+    try:
+        assert not stamps.read(art.path, Cache(root).store.trust.ok).files
+    finally:
+        art.path.chmod(0o700)
