@@ -122,11 +122,13 @@ def plant_command(root: Path, rel: Path, plant: Path, evil_file: Path) -> str:
 
 
 def copy_tree(src: Path) -> Path:
-    """A readable copy of src (no hard links kept) in a public folder."""
+    """A readable copy of src (no hard links kept; the variants links, which name no file,
+    kept as links) in a public folder."""
     dest = public_dir("abicache-plant-") / src.name
-    shutil.copytree(src, dest, copy_function=shutil.copyfile)
+    shutil.copytree(src, dest, symlinks=True, copy_function=shutil.copyfile)
     for folder, dirs, files in os.walk(dest):
         os.chmod(folder, 0o755)
         for name in files:
-            os.chmod(os.path.join(folder, name), 0o644)
+            if not os.path.islink(os.path.join(folder, name)):
+                os.chmod(os.path.join(folder, name), 0o644)
     return dest

@@ -128,3 +128,34 @@ def test_no_stamp_is_read_from_a_folder_others_may_write(root: Path) -> None:
         assert not stamps.read(art.path, Cache(root).store.trust.ok).files
     finally:
         art.path.chmod(0o700)
+
+
+def test_a_hit_reads_the_keys_link_instead_of_listing_the_prefix_folder(root: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefix folder holds every key of its prefix (470 names at 10^5 entries: 0.5 ms
+    to list): a hit reads the key's link, which names its variants, and lists nothing."""
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"x" * 100}))
+    link = art.path.with_name(art.key)
+    assert os.readlink(link) == art.variant and os.lstat(link).st_blocks == 0
+    listed: list[str] = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p=".": listed.append(str(p)) or real(p))
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
+    assert str(art.path.parent) not in listed, listed
+
+
+def test_a_stale_link_only_costs_a_listing(root: Path) -> None:
+    """The link is a hint: one naming a variant that is gone, or missing a variant, is
+    made good by listing the folder; gc writes it again after an eviction and removes
+    it with the key's last entry."""
+    cache = Cache(root)
+    art = cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"x" * 100}))
+    link = art.path.with_name(art.key)
+    link.unlink()
+    os.symlink("f" * 16, link)  # names a variant that does not exist
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
+    link.unlink()  # no link at all
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
+    os.symlink(art.variant, link)
+    report = collect_garbage(cache.store, max_size=0)
+    assert report.entries_removed == 1 and not os.path.lexists(link)

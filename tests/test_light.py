@@ -66,11 +66,11 @@ def test_a_hit_writes_nothing_within_the_touch_interval(tmp_path: Path) -> None:
     cc.build_library("quiet", [src], cache=Cache(root))
     time.sleep(stamps.RACY_SECONDS + 0.1)
     assert cc.build_library("quiet", [src], cache=Cache(root)).hit  # may stamp: once
-    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    before = {p: p.lstat().st_mtime_ns for p in root.rglob("*")}
     for _ in range(3):
         assert cc.build_library("quiet", [src], cache=Cache(root)).hit
         time.sleep(0.05)
-    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+    assert {p: p.lstat().st_mtime_ns for p in root.rglob("*")} == before
 
 
 def test_the_sdist_and_wheel_install_into_a_clean_venv_and_run_the_demo(tmp_path: Path) -> None:

@@ -42,6 +42,13 @@ class Finding:
         return None
 
     def _find_once(self, kind: str, key: str, verify: str, bases: Mapping[str, str]) -> Artifact | None:
+        """The variants the key's link names first (no listing of a folder of every key of
+        its prefix: a hit does not grow with the store); the listing where none holds."""
+        hinted = self.store.hinted_variant_dirs(kind, key)
+        if hinted is not None:
+            found = self._pick(hinted, verify, bases)
+            if found is not None:
+                return found
         return self._pick(self.store.variant_dirs(kind, key), verify, bases)
 
     def _pick(self, vdirs: Iterable[Path], verify: str, bases: Mapping[str, str],

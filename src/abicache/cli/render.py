@@ -12,7 +12,13 @@ from ..config import human_size  # noqa: F401  (the commands' name for it)
 
 
 def emit_json(doc: Any) -> None:
-    # one write: json.dump writes each token on its own (half a second for 10,000 entries)
+    """Indented; a long list (ls of a big store) a line per item instead: `indent` makes json
+    use its Python encoder (40 us an entry), a line per item its C one (4 us). One write:
+    json.dump writes each token on its own."""
+    if isinstance(doc, list) and len(doc) > PLAIN_ROWS:
+        lines = ",\n".join("  " + json.dumps(item, sort_keys=True, default=str) for item in doc)
+        sys.stdout.write(f"[\n{lines}\n]\n")
+        return
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 

@@ -11,6 +11,7 @@ blob is deleted only when no entry links to it (link count 1). Builders' leftove
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,7 @@ def collect_garbage(
                     report.in_use += 1
                     continue
                 store.remove_tree(entry.vdir)
+            _relink(store, entry.vdir)
             size -= _drop_orphans(store, entry.blobs, report)
         report.removed.append(entry.vdir.relative_to(store.layout.entries).as_posix())
         report.entries_removed += 1
@@ -95,7 +97,8 @@ def collect_garbage(
         size -= _drop_orphans(store, [Path(e.path) for e in store.iter_blobs()], report)
         report.leftovers_removed = _drop_leftovers(store, tmp_age)
         keys = _keys(store)
-        report.strays_removed = _drop_empty_folders(store) + _drop_stray_locks(store, keys)
+        report.strays_removed = _drop_stray_links(store, keys)
+        report.strays_removed += _drop_empty_folders(store) + _drop_stray_locks(store, keys)
         report.strays_removed += _drop_old_layouts(store)
         _drop_stale_index(store, keys)
     report.bytes_after = size if not dry_run else report.bytes_before
@@ -155,6 +158,35 @@ def _drop_leftovers(store: Store, tmp_age: float) -> int:
                     removed += folder == store.layout.tmp
             except FileNotFoundError:
                 continue
+    return removed
+
+
+def _relink(store: Store, vdir: Path) -> None:
+    """The removed entry's key's variants link, written again (or removed: no variant left)."""
+    found = entry_name(vdir.name)
+    if found is not None:
+        store.link_variants(vdir.parent.parent.name, found[0])
+
+
+def _drop_stray_links(store: Store, keys: dict[str, set[str]]) -> int:
+    """Variants links of keys with no entry left, and links a publish killed between making
+    and renaming one left (".<key>.<pid>-<time>", untouched for SETTLED seconds)."""
+    removed, now = 0, time.time()
+    for kind_dir in children(store.layout.entries):
+        for prefix in children(kind_dir):
+            for path in children(prefix):
+                if "." in path.name[1:]:
+                    continue  # an entry's folder (<key>.<variant>): no stat for those
+                try:
+                    st = path.lstat()
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISLNK(st.st_mode):
+                    continue
+                temp = path.name.startswith(".")
+                if (temp and now - st.st_mtime >= SETTLED) or (not temp and path.name not in keys.get(kind_dir.name, ())):
+                    path.unlink(missing_ok=True)
+                    removed += 1
     return removed
 
 

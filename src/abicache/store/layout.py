@@ -1,7 +1,8 @@
 """Where everything lives under a store root (versioned: <root>/v2/...).
 
 v2 (from v1): an entry's folder is entries/<kind>/<key[:2]>/<key>.<variant>, no
-folder per key; each folder is a 4 KiB block of its own on ext4, as every small
+folder per key (beside them, a symlink <key> naming the key's variants: a hint
+for lookups); each folder is a 4 KiB block of its own on ext4, as every small
 file is, so an entry is its folder and its manifest (stamps are names: stamps.py).
 """
 
@@ -80,6 +81,14 @@ class Layout(NamedTuple):
     def prefix_dir(self, kind: str, key: str) -> Path:
         """The folder of every variant of keys starting as key does (256 per kind)."""
         return Path(f"{os.fspath(self.root)}/{LAYOUT_VERSION}/entries/{check_kind(kind)}/{key[:2]}")
+
+    def variants_link(self, kind: str, key: str) -> Path:
+        """A symlink named <key> whose target text lists the key's variants ("v1,v2"): a
+        lookup reads it (one call, found by the folder's hash index) instead of listing
+        a folder that holds every key of the prefix. Under 60 bytes it lives in its
+        inode (no block)."""
+        return Path(f"{os.fspath(self.root)}/{LAYOUT_VERSION}/entries/{check_kind(kind)}/{key[:2]}/"
+                    f"{check_hex(key, 'key')}")
 
     def variant_dir(self, kind: str, key: str, variant: str) -> Path:
         # one Path made from one string: joins cost more than the lookup's stats

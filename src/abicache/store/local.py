@@ -6,6 +6,7 @@ hash, link, commit: the publish protocol) is store/publishing.py.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 import warnings
@@ -94,14 +95,40 @@ class Store(Publishing):
     # ---- read side -------------------------------------------------------
 
     def variant_dirs(self, kind: str, key: str) -> list[Path]:
-        """The folders of key's variants: "<key>.<variant>" in its prefix folder."""
+        """The folders of key's variants: "<key>.<variant>" in its prefix folder (listed)."""
         prefix = self.layout.prefix_dir(kind, check_hex(key, "key"))
-        start = key + "."
+        return [Path(f"{prefix}/{key}.{v}") for v in _variants_listed(os.fspath(prefix), key)]
+
+    def hinted_variant_dirs(self, kind: str, key: str) -> list[Path] | None:
+        """The folders the key's variants link names (Layout.variants_link), without listing
+        the prefix folder; None where there is no such link. A hint: a folder named there
+        may be gone, and one published in a race may be missing (the caller lists then)."""
+        link = self.layout.variants_link(kind, key)
         try:
-            names = os.listdir(prefix)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return [Path(f"{prefix}/{n}") for n in sorted(names) if n.startswith(start) and entry_name(n)]
+            target = os.readlink(link)
+        except OSError:
+            return None
+        variants = target.split(",")
+        if not all(_VARIANT.fullmatch(v) for v in variants):
+            return None
+        return [Path(f"{link}.{v}") for v in variants]
+
+    def link_variants(self, kind: str, key: str) -> None:
+        """Write the key's variants link from a listing (after a publish or a removal):
+        made under a temporary name, then renamed over the old one; removed where the key
+        has no variant left or more than fit in an inode."""
+        link = self.layout.variants_link(kind, key)
+        variants = _variants_listed(os.fspath(link.parent), key)
+        target = ",".join(variants)
+        try:
+            if not variants or len(target) > _INLINE_LINK:
+                os.unlink(link)
+                return
+            temp = link.with_name(f".{key}.{os.getpid()}-{time.monotonic_ns()}")
+            os.symlink(target, temp)
+            os.replace(temp, link)
+        except OSError:
+            pass  # a hint: lookups list the folder instead
 
     def read_manifest(self, vdir: Path) -> Manifest:
         """The validated manifest of a variant dir; it must describe that very
@@ -350,6 +377,20 @@ class Store(Publishing):
             return check_hex(digest, "blob")
         except ValueError:
             return None
+
+
+_VARIANT = re.compile(r"[0-9a-f]{16,64}")
+#: the longest symlink target ext4 keeps in the inode (60 bytes, less its terminating zero)
+_INLINE_LINK = 59
+
+
+def _variants_listed(prefix: str, key: str) -> list[str]:
+    start = key + "."
+    try:
+        names = os.listdir(prefix)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(found[1] for found in map(entry_name, (n for n in names if n.startswith(start))) if found)
 
 
 def _short(name: str) -> str:

@@ -29,10 +29,12 @@ _WAIT_BYTES = 32 << 20
 
 
 class Publishing:
-    """Writes of store.local.Store: it has layout, trust, ensure, make_dir, check, read_manifest."""
+    """Writes of store.local.Store: it has layout, trust, ensure, make_dir, check, read_manifest,
+    link_variants."""
 
     layout: Any
     trust: Any
+    link_variants: Any
 
     @contextmanager
     def stage(self) -> Iterator[Path]:
@@ -178,6 +180,7 @@ class Publishing:
         # this only hastens the rename itself to disk, so it is not waited for (1.7 ms a publish)
         threading.Thread(target=blobs.fsync_dir, args=(final.parent,), name="abicache-fsync", daemon=True).start()
         self._index(manifest)
+        self.link_variants(manifest.kind, manifest.key)
         self._stamp_published(final, manifest, self._marks.pop(os.fspath(stage), {}))
         return final, True
 
