@@ -135,7 +135,7 @@ def bench_kernels(work: Path, counts: list[int], runs: int) -> list[dict[str, fl
     env = {"ABICACHE_PROGRESS": "0"}
     run_json(KERNELS_FILL.format(src=SRC, root=str(root), count=max(counts)), env, timeout=7200)
     paths = {}
-    for vdir in root.glob("v2/entries/cc.library/*/*"):
+    for vdir in root.glob("v2/entries/cc.library/*/*.*"):
         manifest = json.loads((vdir / "manifest.json").read_text())
         paths[int(manifest["name"][1:])] = str(vdir / next(iter(manifest["files"])))
     listed = work / "kernel-paths.json"  # a file: a thousand paths are too long for one argument
