@@ -180,12 +180,19 @@ def bench_store(work: Path, entries: int) -> dict[str, float]:
                                lambda out, n=n: (out / "lib.so").write_bytes(n.to_bytes(8, "little") * 64))
         print(0)""", env)
     res: dict[str, float] = {"entries": entries}
-    for name, argv in (("ls", ["ls", "--json"]), ("gc", ["gc", "--max-size", "1T", "--json"]),
-                       ("verify", ["verify", "--json"])):
+
+    def cli(*argv: str) -> float:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "abicache", *argv, "--root", str(root)], env=base_env(),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        res[f"{name}_s"] = time.perf_counter() - start
+        return time.perf_counter() - start
+
+    # the first `ls` reads every manifest and writes its memo; the next ones read the memo
+    res["ls_first_s"] = cli("ls", "--json")
+    res["ls_s"] = statistics.median(cli("ls", "--json") for _ in range(3))
+    res["ls_table_s"] = statistics.median(cli("ls") for _ in range(3))
+    res["gc_s"] = cli("gc", "--max-size", "1T", "--json")
+    res["verify_s"] = cli("verify", "--json")
     seen: dict[tuple[int, int], int] = {}  # an entry's file and its blob are one inode: counted once
     for path in [root, *root.rglob("*")]:
         st = path.lstat()
@@ -232,7 +239,12 @@ def report(a: dict[str, float], t: dict[str, float] | None, p: dict[str, float] 
     if "store" in a:
         st = a["store"]  # type: ignore[index]
         n = int(st["entries"])
-        table.add_row(f"abicache ls, a store of {n:,} entries", fmt(st["ls_s"] * 1e3, "ms"), "< 500 ms", "", "", "", "")
+        table.add_row(f"abicache ls --json, a store of {n:,} entries", fmt(st["ls_s"] * 1e3, "ms"), "< 500 ms", "", "",
+                      "", "")
+        if "ls_first_s" in st:
+            table.add_row("  the same, first (reads every manifest, writes the memo)", fmt(st["ls_first_s"] * 1e3, "ms"),
+                          "", "", "", "", "")
+            table.add_row("  abicache ls (the table)", fmt(st["ls_table_s"] * 1e3, "ms"), "< 500 ms", "", "", "", "")
         table.add_row(f"abicache gc (full pass), {n:,} entries", fmt(st["gc_s"] * 1e3, "ms"), "", "", "", "", "")
         table.add_row(f"abicache verify, {n:,} entries", fmt(st["verify_s"] * 1e3, "ms"), "", "", "", "", "")
         table.add_row("disk per entry beyond its own bytes", f"{st['bytes_per_entry'] / 1024:.1f} KiB", "<= 8 KiB",

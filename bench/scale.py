@@ -120,7 +120,9 @@ def bench_store(work: Path, count: int, runs: int) -> dict[str, float]:
     res = {"entries": count, "variants": variants,
            "fresh_hit_ms": statistics.median(h["fresh_ms"] for h in hits),
            "repeat_hit_us": statistics.median(h["repeat_us"] for h in hits),
-           "ls_s": cli(root, "ls"), "gc_s": cli(root, "gc", "--max-size", "1T")}
+           "ls_first_s": cli(root, "ls")}  # reads every manifest, writes ls's memo
+    res["ls_s"] = statistics.median(cli(root, "ls") for _ in range(3))  # reads the memo
+    res["gc_s"] = cli(root, "gc", "--max-size", "1T")
     res["verify_s"] = cli(root, "verify")
     res["verify_full_s"] = cli(root, "verify", "--full")
     res["bytes_per_entry"] = (disk(root) - variants * 4096) / variants
@@ -175,10 +177,11 @@ def main() -> None:
 
 def report(stores: list[dict[str, float]], kernels: list[dict[str, float]]) -> None:
     print("stores (entries; every tenth key has three variants)")
-    print(f"{'entries':>8} {'fresh hit':>10} {'repeat hit':>11} {'ls':>7} {'gc':>7} {'gc -10%':>8} {'verify':>7} "
-          f"{'--full':>7} {'KiB/entry':>9}")
+    print(f"{'entries':>8} {'fresh hit':>10} {'repeat hit':>11} {'ls first':>8} {'ls':>7} {'gc':>7} {'gc -10%':>8} "
+          f"{'verify':>7} {'--full':>7} {'KiB/entry':>9}")
     for s in stores:
-        print(f"{s['entries']:>8} {s['fresh_hit_ms']:>8.3f}ms {s['repeat_hit_us']:>9.2f}us {s['ls_s']:>6.2f}s "
+        print(f"{s['entries']:>8} {s['fresh_hit_ms']:>8.3f}ms {s['repeat_hit_us']:>9.2f}us "
+              f"{s.get('ls_first_s', s['ls_s']):>7.2f}s {s['ls_s']:>6.2f}s "
               f"{s['gc_s']:>6.2f}s {s['gc_evict10_s']:>7.2f}s {s['verify_s']:>6.2f}s {s['verify_full_s']:>6.2f}s "
               f"{s['bytes_per_entry'] / 1024:>9.1f}")
     if len(stores) > 1:

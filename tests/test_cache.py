@@ -451,6 +451,10 @@ def test_max_size_evicts_after_builds_and_gc_leaves_no_strays(tmp_path: Path, mo
                 thread.join(30)
     used, _ = gc.disk_usage(cache.store)
     assert used <= 100 * 1024 and cache.find("t", cache.key_for("t", "k11", _as({"extra": {"n": 11}}))[0])
+    from abicache.cli import main as cli
+
+    assert cli(["ls", "--root", str(tmp_path / "s")]) == 0 and cache.store.layout.listing.is_dir()
+    (cache.store.layout.listing / "t.json.999.tmp").write_bytes(b"{")  # an `ls` killed while writing
     report = gc.collect_garbage(cache.store, max_size=0)
     assert report.entries_removed >= 1
     left = sorted(p.relative_to(cache.store.layout.base).as_posix() for p in cache.store.layout.base.rglob("*")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import time
 import warnings
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -14,11 +16,8 @@ from .. import config
 from ..cache import Cache
 from ..env import FACT_NAMES
 from ..errors import AbicacheError, AbicacheWarning, ConfigError, ManifestError, NotFound, UsageError
-from ..replicate import REFUSALS_LOG, refusal_count
 from ..store import Manifest
-from ..store.gc import collect_garbage, disk_usage
 from ..store.local import children
-from ..store.verify import verify_store
 from . import render, settings_check
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$", re.I)
@@ -115,17 +114,29 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise UsageError(f"no kind {args.kind!r}: this store holds {', '.join(present) or 'no entries'}, and "
                          f"abicache's frontends write {', '.join(FRONTEND_KINDS)}")
     kinds = [args.kind] if args.kind else [k for k in present if args.all or k not in INTERNAL_KINDS]
-    rows = listing.rows(entries, [k for k in kinds if k in present])
+    store = cache.store
+    rows = listing.rows(entries, [k for k in kinds if k in present], os.fspath(store.layout.listing), store.make_dir)
     hidden = 0 if args.kind or args.all else listing.count(entries, [k for k in INTERNAL_KINDS if k in present])
-    rows.sort(key=lambda r: (r.kind, r.name, -r.created))
+    # by kind and name, the newest first: two stable sorts on attributes (a key tuple per row costs 5x)
+    rows.sort(key=attrgetter("created"), reverse=True)
+    rows.sort(key=attrgetter("kind", "name"))
     if args.json:
-        render.emit_json([r.summary() for r in rows])
+        if len(rows) > render.PLAIN_ROWS:  # as emit_json writes a long list: a line per item
+            lines = ",\n  ".join(r.json_line() for r in rows)
+            sys.stdout.write(f"[\n  {lines}\n]\n")
+        else:
+            render.emit_json([r.summary() for r in rows])
         return 0
+    now = time.time()
+    sizes: dict[int, str] = {}
+    needs: dict[tuple[str, ...], str] = {}  # entries of a kind share a few sizes and requirements
     render.table(
         f"{len(rows)} entries in {cache.root}",
         ["kind", "name", "key", "variant", "size", "last used", "requirements"],
-        [(r.kind, r.name, r.key[:12], r.variant[:8], render.human_size(r.size), render.ago(r.last_used),
-          short_requirements(r.requirements)) for r in rows],
+        [(r.kind, r.name, r.key[:12], r.variant[:8],
+          sizes.get(r.size) or sizes.setdefault(r.size, render.human_size(r.size)), render.ago(r.last_used, now),
+          needs.get(r.requirements) or needs.setdefault(r.requirements, short_requirements(r.requirements)))
+         for r in rows],
         optional=("variant",), whole=("key",),
     )
     if hidden:
@@ -291,6 +302,7 @@ def _bundle_check(chosen: list[Any], args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from ..store.gc import collect_garbage  # here: the other commands start without it
     cache = _cache(args)
     with render.Progress("evicting", None) as bar:
         report = collect_garbage(cache.store, max_size=args.max_size, max_age=args.max_age,
@@ -326,6 +338,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ..store.verify import verify_store
     cache = _cache(args)
     total = sum(1 for _ in cache.store.iter_variant_dirs())
     with render.Progress("verifying", total) as bar:
@@ -350,6 +363,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from ..replicate import REFUSALS_LOG, refusal_count
+    from ..store.gc import disk_usage
     from ..explain import last_misses
     from ..store import counters
 

@@ -12,7 +12,6 @@ from typing import Any, Callable
 from .. import config
 from ..cache import Cache
 from ..errors import AbicacheWarning, ConfigError
-from ..replicate import refusal_count
 from ..store import Manifest
 from . import render
 from .commands import manifests_of
@@ -162,6 +161,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
     given = [f"--{o.replace('_', '-')}" for o in ("max_age", "max_size", "grace", "dry_run") if getattr(args, o)]
     if given:
         raise ConfigError(f"{', '.join(given)}: for `abicache remote prune`, not `abicache remote {args.action}`")
+    from .. import replicate
+
     cache = _cache(args)
     tier = cache.remote
     start = time.perf_counter()
@@ -173,7 +174,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
         "writable": tier.writable, "reachable": answered is not None, "latency_ms": round(seconds * 1e3, 2),
         "error": tier.down, "signing_key": str(settings.signing_key or ""),
         "trusted_keys": [k.key_id for k in settings.trusted],
-        "refusals_logged": refusal_count(cache.store),
+        "refusals_logged": replicate.refusal_count(cache.store),
     }
     if args.json:
         render.emit_json(doc)

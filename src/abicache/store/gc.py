@@ -101,6 +101,7 @@ def collect_garbage(
         report.strays_removed += _drop_empty_folders(store) + _drop_stray_locks(store, keys)
         report.strays_removed += _drop_old_layouts(store)
         _drop_stale_index(store, keys)
+        report.strays_removed += _drop_stale_listings(store, keys)
     report.bytes_after = size if not dry_run else report.bytes_before
     return report
 
@@ -246,6 +247,24 @@ def _drop_stray_locks(store: Store, by_kind: dict[str, set[str]]) -> int:
                     for path in (lock, lock.with_suffix(".holder")):
                         path.unlink(missing_ok=True)
                     removed += 1
+    return removed
+
+
+def _drop_stale_listings(store: Store, keys: dict[str, set[str]]) -> int:
+    """`abicache ls`'s memos (cli/listing_memo) of kinds with no entry left, and the
+    temporary files a killed `ls` left, untouched for SETTLED seconds."""
+    removed = 0
+    now = time.time()
+    for path in children(store.layout.listing):
+        memo = path.name.endswith(".json")
+        try:
+            stray = not keys.get(path.name[:-5]) if memo else now - path.lstat().st_mtime >= SETTLED
+            if stray:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    _rmdir(store.layout.listing)
     return removed
 
 

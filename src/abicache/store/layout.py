@@ -75,6 +75,11 @@ class Layout(NamedTuple):
         return self.base / "log"
 
     @property
+    def listing(self) -> Path:
+        """`abicache ls`'s memos (cli/listing_memo): made by the first `ls`."""
+        return self.base / "listing"
+
+    @property
     def tools(self) -> Path:
         return self.base / "tools"
 

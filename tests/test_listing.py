@@ -1,0 +1,122 @@
+"""`abicache ls` of a big store: the memo of rows it keeps (cli/listing_memo) and its
+--json lines, checked against what reading every manifest shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache
+from abicache.cli import listing, listing_memo, main
+from conftest import writer
+
+
+def _store(root: Path, count: int) -> Cache:
+    cache = Cache(root, remote=False)
+    for n in range(count):
+        cache.get_or_build("t", f"e{n}", {"extra": {"n": n}}, writer({"lib.so": f"{n}"}))
+    return cache
+
+
+def _ls(capsys: pytest.CaptureFixture[str], root: Path) -> list[dict]:
+    assert main(["ls", "--json", "--root", str(root)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def manifest_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The manifests `ls` opens, by the name it opens them with."""
+    opened: list[str] = []
+    real = os.open
+
+    def counting(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if os.fspath(path).endswith("manifest.json"):
+            opened.append(os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting)
+    return opened
+
+
+def test_a_second_ls_reads_no_manifest_and_a_new_entry_is_read_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str]) -> None:
+    cache = _store(tmp_path / "s", 5)
+    manifest_reads.clear()  # the builds write theirs
+    first = _ls(capsys, tmp_path / "s")
+    assert len(first) == 5 and len(manifest_reads) == 5
+    assert (cache.store.layout.listing / "t.json").is_file()
+    manifest_reads.clear()
+    assert _ls(capsys, tmp_path / "s") == first and manifest_reads == []
+    cache.get_or_build("t", "new", {"extra": {"n": "new"}}, writer({"lib.so": "new"}))
+    manifest_reads.clear()
+    third = _ls(capsys, tmp_path / "s")
+    assert [r["name"] for r in third] == ["e0", "e1", "e2", "e3", "e4", "new"] and len(manifest_reads) == 1
+
+
+def test_an_entry_gone_or_replaced_shows_as_it_is_now(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A row is kept under its folder's name and inode: an entry removed is no longer
+    listed, and a folder put in its place (a new inode) is read again."""
+    cache = _store(tmp_path / "s", 3)
+    before = _ls(capsys, tmp_path / "s")
+    gone, replaced = Path(before[0]["path"]), Path(before[1]["path"])
+    shutil.rmtree(gone)
+    copy = tmp_path / "copy"
+    shutil.copytree(replaced, copy)
+    doc = json.loads((copy / "manifest.json").read_bytes())
+    (copy / "manifest.json").chmod(0o644)
+    (copy / "manifest.json").write_text(json.dumps({**doc, "name": "renamed"}))
+    shutil.rmtree(replaced)
+    copy.rename(replaced)
+    after = _ls(capsys, tmp_path / "s")
+    assert [r["name"] for r in after] == ["e2", "renamed"]
+    assert cache.store.layout.listing.joinpath("t.json").is_file()
+
+
+@pytest.mark.parametrize("memo", [
+    b"not json",
+    b'{"version": 99, "rows": {}}',
+    "bad rows",  # the real memo with its rows' fields of the wrong types
+    "a line break",  # the real memo with a control character in a name (a second row on screen)
+])
+def test_a_memo_ls_did_not_write_is_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             memo: bytes | str) -> None:
+    cache = _store(tmp_path / "s", 3)
+    truth = _ls(capsys, tmp_path / "s")
+    path = cache.store.layout.listing / "t.json"
+    rows = json.loads(path.read_bytes())["rows"]
+    if memo == "bad rows":
+        data = json.dumps({"version": 1, "rows": {n: [r[0], 1, 2, "3", 4, 5, "6"] for n, r in rows.items()}})
+    elif memo == "a line break":
+        data = json.dumps({"version": 1, "rows": {n: [*r[:2], "e\nfake", *r[3:]] for n, r in rows.items()}})
+    else:
+        data = memo.decode()
+    path.write_text(data)
+    assert _ls(capsys, tmp_path / "s") == truth
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_memo_another_user_owns_is_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = _store(tmp_path / "s", 2)
+    truth = _ls(capsys, tmp_path / "s")
+    path = cache.store.layout.listing / "t.json"
+    rows = json.loads(path.read_bytes())["rows"]
+    path.write_text(json.dumps({"version": 1, "rows": {n: [*r[:2], "theirs", *r[3:]] for n, r in rows.items()}}))
+    os.chown(path, 12345, 12345)
+    assert listing_memo.load(str(path)) == ({}, True)
+    assert _ls(capsys, tmp_path / "s") == truth
+
+
+def test_json_lines_are_what_json_writes(tmp_path: Path) -> None:
+    """Row.json_line (one format, json's C quoting) against json.dumps of Row.summary, for
+    texts json escapes: quotes, backslashes, non-ASCII, a path with an undecodable byte."""
+    odd = listing.Row(path=os.fsdecode(b"/st\xffore/a \"b\"\\c"), kind="t.k", name="n\u00e9 \U0001f600 '\"",
+                      key="ab" * 32, variant="cd" * 8, size=12, files=("lib.so", "dir/x \u00e9"),
+                      requirements=("python.abi3 >= 3.10", "torch == 2.13.0"), created=1795690186.5905967,
+                      last_used=float("inf"))
+    plain = odd._replace(files=(), requirements=(), created=0.0, last_used=1.5)
+    for row in (odd, plain):
+        assert row.json_line() == json.dumps(row.summary(), sort_keys=True, default=str)
