@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -76,7 +77,7 @@ def partial_entries(cache: Cache, since: float = 0.0) -> list[str]:
             problems.append(f"{vdir}: {exc}")
             continue
         found = cache.store.full_problem(vdir, manifest)
-        listed = sorted([f.path for f in manifest.files] + ["manifest.json"])
+        listed = sorted([f.path for f in manifest.files] + [n for n in ["manifest.json"] if (vdir / n).exists()])
         present = sorted(p.relative_to(vdir).as_posix() for p in vdir.rglob("*")
                          if p.is_file() and not p.name.startswith(RESERVED_PREFIX))  # stamps are the store's
         if found is not None or present != listed:
@@ -84,9 +85,13 @@ def partial_entries(cache: Cache, since: float = 0.0) -> list[str]:
     return problems
 
 
-def crash_trials(root: Path, trials: int, seed: int) -> dict[str, int]:
-    """Kill a builder at a random moment in each trial; count what was left visible."""
-    window = 1.3 * calibrate(root.with_name(root.name + "-calibration"))
+def crash_trials(root: Path, trials: int, seed: int, first: int = 0) -> dict[str, int]:
+    """Kill a builder at a random moment in each trial; count what was left visible.
+    Trial i builds key k<first + i>: a later round given a new `first` builds keys no
+    earlier round finished (a key built before is a hit, which stages nothing)."""
+    calibration = root.with_name(root.name + "-calibration")
+    shutil.rmtree(calibration, ignore_errors=True)  # builds, not the hits a second round would find
+    window = 1.3 * calibrate(calibration)
     rng = random.Random(seed)
     cache = Cache(root, remote=False)
     counts = {"trials": 0, "killed": 0, "finished": 0, "killed_while_staging": 0, "corrupt": 0}
@@ -94,7 +99,7 @@ def crash_trials(root: Path, trials: int, seed: int) -> dict[str, int]:
         tmp = cache.store.layout.tmp
         staged = len(list(tmp.iterdir())) if tmp.exists() else 0
         started = time.time() - 1.0  # mtimes have coarse granularity on some filesystems
-        pid = fork_child(root, i, seed)
+        pid = fork_child(root, first + i, seed)
         time.sleep(rng.random() * window)
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)

@@ -24,10 +24,10 @@ from conftest import SRC
 
 
 
-def run_trials(root: Path, trials: int, seed: int) -> dict[str, int]:
+def run_trials(root: Path, trials: int, seed: int, first: int = 0) -> dict[str, int]:
     if threading.active_count() != 1:
         pytest.skip("fork-based trials need a single-threaded test process")
-    counts = faultlib.crash_trials(root, trials, seed)
+    counts = faultlib.crash_trials(root, trials, seed, first)
     assert counts["corrupt"] == 0, faultlib.partial_entries(Cache(root))
     return counts
 
@@ -53,14 +53,15 @@ def test_sigkill_during_build_and_publish(tmp_path: Path) -> None:
 def test_sigkill_stress(tmp_path: Path) -> None:
     counts = run_trials(tmp_path / "store", trials=300, seed=2)
     # The kills land at random moments of a calibrated window: on a loaded machine fewer may
-    # land in staging. More trials, not a lower bar, until the harness has hit it enough.
+    # land in staging. More trials, not a lower bar, until the harness has hit it enough; each
+    # round on keys of its own (the keys an earlier round finished are hits: nothing to kill).
     for extra in range(3):
         if counts["killed_while_staging"] >= 30 and counts["finished"] >= 10:
             break
-        more = run_trials(tmp_path / "store", trials=100, seed=3 + extra)
+        more = run_trials(tmp_path / "store", trials=100, seed=3 + extra, first=counts["trials"])
         counts = {name: counts[name] + more[name] for name in counts}
     assert counts["killed_while_staging"] >= 30 and counts["finished"] >= 10, counts
-    _check_recovery(tmp_path / "store", 300)
+    _check_recovery(tmp_path / "store", counts["trials"])
 
 
 COMPILE = textwrap.dedent("""
