@@ -190,7 +190,7 @@ def slow_drip(work: Path, trials: int) -> Callable[[Row], None]:
 
 
 def _no_manifest(cache: Cache, art: Any) -> None:
-    (art.path / "manifest.json").unlink()
+    hostile.remove_manifest(art.path)
 
 
 def _tmp_deleted(cache: Cache, art: Any) -> None:
@@ -203,12 +203,9 @@ def _every_folder_deleted(cache: Cache, art: Any) -> None:
 
 
 def _edited_requirements(cache: Cache, art: Any) -> None:
-    path = art.path / "manifest.json"
-    doc = json.loads(path.read_bytes())
+    doc = hostile.manifest_doc(art.path)
     doc["requirements"] = ["platform.machine == nowhere"]
-    path.chmod(0o644)
-    path.write_text(json.dumps(doc))
-    path.chmod(0o444)
+    hostile.rewrite_manifest(art.path, json.dumps(doc).encode())
 
 
 def _folders_left_open(cache: Cache, art: Any) -> None:
@@ -223,7 +220,7 @@ def _truncated_file(cache: Cache, art: Any) -> None:
     path.chmod(0o444)
 
 
-BREAKAGES = {"no manifest.json": _no_manifest, "tmp/ deleted": _tmp_deleted,
+BREAKAGES = {"no manifest": _no_manifest, "tmp/ deleted": _tmp_deleted,
              "every folder deleted": _every_folder_deleted, "requirements edited": _edited_requirements,
              "folders left 0777": _folders_left_open, "file truncated": _truncated_file}
 

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from abicache.store import manifest as mf
+from abicache.store import manifest as mf, manifest_names
 
 ATTACKER = 65534  # nobody
 EVIL_C = r"""
@@ -80,6 +80,32 @@ def evil_file(work: Path) -> Path:
     return out
 
 
+def manifest_doc(vdir: Path) -> dict:
+    """An entry's manifest, whether a file or kept in its folder's names (manifest_names)."""
+    return json.loads(manifest_names.read_any(os.fspath(vdir), mf.MAX_BYTES))
+
+
+def rewrite_manifest(vdir: Path, data: bytes) -> None:
+    """Replace an entry's manifest by the file manifest.json holding data (its names, if
+    it had them, removed): what an editor or an attacker with write access would leave."""
+    os.chmod(vdir, 0o755)
+    for name in os.listdir(vdir):
+        if name.startswith(manifest_names.PREFIX):
+            os.unlink(vdir / name)
+    mpath = vdir / mf.FILENAME
+    if mpath.exists():
+        mpath.chmod(0o644)
+    mpath.write_bytes(data)
+    mpath.chmod(0o444)
+
+
+def remove_manifest(vdir: Path) -> None:
+    """Remove an entry's manifest in whichever form it has."""
+    for name in os.listdir(vdir):
+        if name == mf.FILENAME or name.startswith(manifest_names.PREFIX):
+            os.unlink(vdir / name)
+
+
 def forge(vdir_copy: Path, blobs_copy: Path, evil: bytes) -> None:
     """Turn a copied, genuine variant directory into a self-consistent planted
     one: every file replaced by `evil`, the manifest's hashes and sizes
@@ -87,8 +113,7 @@ def forge(vdir_copy: Path, blobs_copy: Path, evil: bytes) -> None:
     (as the store keeps them: an entry file is its blob's inode)."""
     import hashlib
 
-    mpath = vdir_copy / mf.FILENAME
-    doc = json.loads(mpath.read_bytes())
+    doc = manifest_doc(vdir_copy)
     sha = hashlib.sha256(evil).hexdigest()
     for rel, meta in doc["files"].items():
         target = vdir_copy / rel
@@ -96,9 +121,7 @@ def forge(vdir_copy: Path, blobs_copy: Path, evil: bytes) -> None:
         target.write_bytes(evil)
         target.chmod(meta["mode"])
         meta.update(sha256=sha, size=len(evil))
-    mpath.chmod(0o644)
-    mpath.write_bytes(json.dumps(doc, indent=1, sort_keys=True).encode())
-    mpath.chmod(0o444)
+    rewrite_manifest(vdir_copy, json.dumps(doc, indent=1, sort_keys=True).encode())
     executable = any(meta["mode"] & 0o111 for meta in doc["files"].values())
     blob = blobs_copy / sha[:2] / (sha + ("x" if executable else ""))  # the store's blob name
     blob.parent.mkdir(parents=True, exist_ok=True)

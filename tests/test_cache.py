@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import hostile
 from abicache import Cache, Requirements
 from abicache.env import Facts
 from abicache.errors import AbicacheWarning, BuildError, LockTimeout, UntrustedRootError
@@ -135,9 +136,7 @@ def test_a_builder_that_replaces_its_output_folder_with_a_link_is_refused(cache:
 
 
 def _plant_manifest(path: Path, doc: object | bytes) -> None:
-    manifest = path / "manifest.json"
-    manifest.chmod(0o644)
-    manifest.write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+    hostile.rewrite_manifest(path, doc if isinstance(doc, bytes) else json.dumps(doc).encode())
 
 
 @pytest.mark.parametrize(

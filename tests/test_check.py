@@ -15,6 +15,7 @@ import pytest
 
 from abicache import Cache, cc
 from abicache.store import manifest as mf
+import hostile
 from conftest import SRC, need, writer
 
 
@@ -44,14 +45,12 @@ def _build(cache: Cache) -> object:
 def _forget(art: object, path: str) -> None:
     """Plant a stale entry: its record of one input edited away (variant id kept consistent)."""
     vdir = art.path  # type: ignore[attr-defined]
-    doc = json.loads((vdir / mf.FILENAME).read_bytes())
+    doc = hostile.manifest_doc(vdir)
     doc["deps"] = [d for d in doc["deps"] if d[1] != path]
     assert len(doc["deps"]) < len(art.manifest.deps)  # type: ignore[attr-defined]
     manifest = mf.parse(json.dumps(doc).encode())
     doc["variant"] = mf.variant_of(manifest)
-    (vdir / mf.FILENAME).chmod(0o644)
-    (vdir / mf.FILENAME).write_text(json.dumps(doc))
-    (vdir / mf.FILENAME).chmod(0o444)
+    hostile.rewrite_manifest(vdir, json.dumps(doc).encode())
     for stamp in vdir.glob(".abicache-*"):
         stamp.unlink()
     os.rename(vdir, vdir.parent / f"{doc['key']}.{doc['variant']}")

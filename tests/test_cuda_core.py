@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import hostile
 from abicache import Cache
 from abicache.cli.main import main
 from conftest import SRC
@@ -112,4 +113,4 @@ def _any_cubin(root: Path) -> bytes:
 
 
 def _manifests(root: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in root.glob("v2/entries/cuda_core.program/*/*/manifest.json")]
+    return [hostile.manifest_doc(p) for p in root.glob("v2/entries/cuda_core.program/*/*.*") if p.is_dir()]

@@ -12,7 +12,7 @@ import pytest
 
 from abicache import Cache
 from abicache.errors import AbicacheWarning
-from abicache.store import blobs, stamps
+from abicache.store import blobs, manifest_names, stamps
 from abicache.store.gc import collect_garbage
 from abicache.store.layout import LAYOUT_VERSION, entry_name
 from conftest import writer
@@ -31,17 +31,21 @@ def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return hashed
 
 
-def test_an_entry_is_its_folder_and_its_manifest(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No folder per key, and the stamp a later hit writes takes no block: beyond the
-    artifact's own file, an entry is two blocks (its folder, its manifest)."""
+def test_an_entry_is_its_folder(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No folder per key, a small manifest kept in names (manifest_names) and the stamp a
+    later hit writes a name: beyond the artifact's own file, an entry is its folder's block."""
     art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": os.urandom(512)}))
     assert art.path.parent == root / LAYOUT_VERSION / "entries" / "t" / art.key[:2]
     assert entry_name(art.path.name) == (art.key, art.variant)
     _settle()
     assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # hashes once, stamps
     names = sorted(os.listdir(art.path))
-    assert names[1:] == ["lib.so", "manifest.json"] and names[0].startswith(stamps.NAME_PREFIX), names
-    assert os.lstat(art.path / names[0]).st_blocks == 0
+    kept = [n for n in names if n != "lib.so"]
+    assert "lib.so" in names and "manifest.json" not in names, names
+    assert [n for n in kept if n.startswith(stamps.NAME_PREFIX)] and [n for n in kept if n.startswith(manifest_names.PREFIX)]
+    assert all(os.lstat(art.path / n).st_blocks == 0 for n in kept)
+    folder = os.lstat(art.path)
+    assert folder.st_blocks * 512 <= max(folder.st_blksize, 4096)  # all its names in one block
     hashed = _count_hashes(monkeypatch)
     assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit
     assert hashed == []  # the name vouched for the file
@@ -159,3 +163,64 @@ def test_a_stale_link_only_costs_a_listing(root: Path) -> None:
     os.symlink(art.variant, link)
     report = collect_garbage(cache.store, max_size=0)
     assert report.entries_removed == 1 and not os.path.lexists(link)
+
+
+# ---- a manifest kept in its folder's names (store/manifest_names.py) ---------------------------------------
+
+
+def test_a_manifest_too_big_for_names_is_a_file_and_both_forms_hit(root: Path) -> None:
+    small = Cache(root).get_or_build("t", "small", INPUTS, writer({"lib.so": b"s"}))
+    many = {f"a-long-file-name-for-the-manifest-{n:03}.bin": os.urandom(8) for n in range(60)}
+    big = Cache(root).get_or_build("t", "big", INPUTS, writer(many))
+    assert not (small.path / "manifest.json").exists()
+    assert (big.path / "manifest.json").is_file()
+    assert not [n for n in os.listdir(big.path) if n.startswith(manifest_names.PREFIX)]
+    for name, files in (("small", {"lib.so": b"s"}), ("big", many)):
+        assert Cache(root).get_or_build("t", name, INPUTS, writer({})).hit
+        assert Cache(root).get_or_build("t", name, INPUTS, writer({})).manifest.name == name
+
+
+@pytest.mark.parametrize("damage", ["one name gone", "a name's text changed", "a name of another count"])
+def test_damaged_manifest_names_are_quarantined_and_rebuilt(root: Path, damage: str) -> None:
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"good"}))
+    names = sorted(n for n in os.listdir(art.path) if n.startswith(manifest_names.PREFIX))
+    assert len(names) >= 2
+    last = art.path / names[-1]
+    if damage == "one name gone":
+        last.unlink()
+    elif damage == "a name's text changed":
+        last.rename(art.path / (names[-1][:-2] + ("AA" if names[-1][-2:] != "AA" else "BB")))
+    else:
+        head, _, text = names[-1][len(manifest_names.PREFIX):].partition(".")
+        last.rename(art.path / f"{manifest_names.PREFIX}{head}.f.{text.partition('.')[2]}")
+    with pytest.warns(AbicacheWarning, match="quarantined"):
+        again = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"rebuilt"}))
+    assert not again.hit and again.file().read_bytes() == b"rebuilt"
+
+
+def test_manifest_names_in_a_folder_others_may_write_are_not_read(root: Path) -> None:
+    """Whoever may write the folder may make names: its entry is quarantined and rebuilt
+    (a manifest file there is still judged by its own owner and mode)."""
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"good"}))
+    art.path.chmod(0o777)
+    with pytest.warns(AbicacheWarning, match="quarantined.*others"):
+        again = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"rebuilt"}))
+    assert not again.hit and again.file().read_bytes() == b"rebuilt"
+
+
+def test_manifest_names_decode_only_whole(tmp_path: Path) -> None:
+    from abicache.errors import ManifestError
+
+    data = b'{"x": "' + os.urandom(900).hex().encode() + b'"}'
+    names = manifest_names.encode(data)
+    assert names and len(names) > 1 and all(len(n.encode()) <= 255 for n in names)
+    assert manifest_names.decode([*reversed(names), "lib.so", ".abicache-s.x"], 1 << 20) == data
+    assert manifest_names.decode(["lib.so"], 1 << 20) is None
+    for bad in (names[1:], [*names, names[0]], [names[0].replace(".0.", ".z.", 1), *names[1:]],
+                [names[0][:-4] + "!!!!", *names[1:]]):
+        with pytest.raises(ManifestError):
+            manifest_names.decode(bad, 1 << 20)
+    with pytest.raises(ManifestError, match="more than 100 bytes"):
+        manifest_names.decode(names, 100)
+    assert manifest_names.encode(os.urandom(5000)) is None  # too many names: a file instead
+    assert manifest_names.encode(b"{}", [f"file-{n}-" + "x" * 200 for n in range(16)]) is None  # no room beside

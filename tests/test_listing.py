@@ -12,6 +12,7 @@ import pytest
 
 from abicache import Cache
 from abicache.cli import listing, listing_memo, main
+import hostile
 from conftest import writer
 
 
@@ -29,23 +30,21 @@ def _ls(capsys: pytest.CaptureFixture[str], root: Path) -> list[dict]:
 
 @pytest.fixture
 def manifest_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The manifests `ls` opens, by the name it opens them with."""
+    """The entries whose manifest `ls` reads (a file or names: manifest_names.read_any)."""
     opened: list[str] = []
-    real = os.open
+    real = listing.read_any
 
-    def counting(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fspath(path).endswith("manifest.json"):
-            opened.append(os.fspath(path))
-        return real(path, *args, **kwargs)
+    def counting(vdir, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(os.fspath(vdir))
+        return real(vdir, *args, **kwargs)
 
-    monkeypatch.setattr(os, "open", counting)
+    monkeypatch.setattr(listing, "read_any", counting)
     return opened
 
 
 def test_a_second_ls_reads_no_manifest_and_a_new_entry_is_read_alone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str]) -> None:
     cache = _store(tmp_path / "s", 5)
-    manifest_reads.clear()  # the builds write theirs
     first = _ls(capsys, tmp_path / "s")
     assert len(first) == 5 and len(manifest_reads) == 5
     assert (cache.store.layout.listing / "t.json").is_file()
@@ -66,9 +65,8 @@ def test_an_entry_gone_or_replaced_shows_as_it_is_now(tmp_path: Path, capsys: py
     shutil.rmtree(gone)
     copy = tmp_path / "copy"
     shutil.copytree(replaced, copy)
-    doc = json.loads((copy / "manifest.json").read_bytes())
-    (copy / "manifest.json").chmod(0o644)
-    (copy / "manifest.json").write_text(json.dumps({**doc, "name": "renamed"}))
+    doc = hostile.manifest_doc(copy)
+    hostile.rewrite_manifest(copy, json.dumps({**doc, "name": "renamed"}).encode())
     shutil.rmtree(replaced)
     copy.rename(replaced)
     after = _ls(capsys, tmp_path / "s")

@@ -308,7 +308,7 @@ def test_the_lost_race_path_verifies_the_winner(root: Path, tmp_path: Path) -> N
 
 def test_a_variant_without_manifest_is_rebuilt(root: Path) -> None:
     art = Cache(root).get_or_build("t", "x", INPUTS, writer({"f": "x"}))
-    (art.path / "manifest.json").unlink()
+    hostile.remove_manifest(art.path)
     with pytest.warns(Warning, match="no manifest"):
         again = Cache(root).get_or_build("t", "x", INPUTS, writer({"f": "x"}))
     assert not again.hit and again.file().read_text() == "x"
@@ -317,7 +317,7 @@ def test_a_variant_without_manifest_is_rebuilt(root: Path) -> None:
 
 def test_verify_reports_a_variant_without_manifest(root: Path) -> None:
     art = Cache(root).get_or_build("t", "x", INPUTS, writer({"f": "x"}))
-    (art.path / "manifest.json").unlink()
+    hostile.remove_manifest(art.path)
     report = verify_store(Cache(root).store)
     assert not report.clean and "no manifest" in report.problems[0].reason
     assert not art.path.exists()
@@ -454,12 +454,9 @@ def test_verify_beside_gc_reports_nothing_and_never_raises(root: Path) -> None:
 
 def test_a_local_manifest_with_edited_requirements_is_refused(root: Path) -> None:
     art = Cache(root).get_or_build("t", "x", INPUTS, writer({"f": "x"}), requires=["platform.system == linux"])
-    mpath = art.path / "manifest.json"
-    doc = json.loads(mpath.read_bytes())
+    doc = hostile.manifest_doc(art.path)
     doc["requirements"] = []
-    mpath.chmod(0o644)
-    mpath.write_text(json.dumps(doc))
-    mpath.chmod(0o444)
+    hostile.rewrite_manifest(art.path, json.dumps(doc).encode())
     with pytest.warns(Warning, match="variant id"):
         again = Cache(root).get_or_build("t", "x", INPUTS, writer({"f": "x"}), requires=["platform.system == linux"])
     assert not again.hit

@@ -41,7 +41,8 @@ from .config import human_size
 from .errors import AbicacheError, ManifestError, UsageError
 from .store import Manifest, Store
 from .store.layout import Layout
-from .store.manifest import FILENAME, preference
+from .store.manifest import FILENAME, MAX_BYTES, preference
+from .store.manifest_names import read_any
 
 #: the folder of a bundle wheel's package that holds the store
 STORE_FOLDER = "store"
@@ -143,8 +144,8 @@ def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any 
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             shutil.copyfile(vdir / record.path, path)
             path.chmod(record.mode)
-        if signer is None:
-            shutil.copyfile(vdir / FILENAME, target / FILENAME)
+        if signer is None:  # a file in a wheel, whether the local store kept it in names or not
+            (target / FILENAME).write_bytes(read_any(os.fspath(vdir), MAX_BYTES))
         else:
             (target / FILENAME).write_bytes(signer.sign(manifest).dumps())
         (target / FILENAME).chmod(0o444)

@@ -16,7 +16,7 @@ from .counting import INTERNAL_KINDS
 from .errors import AbicacheWarning, ManifestError
 from .store import Manifest
 from .store import deps as depcheck, transient
-from .store.manifest import FILENAME as MANIFEST_FILE, preference
+from .store.manifest import preference
 
 
 class Finding:
@@ -95,9 +95,9 @@ class Finding:
         try:
             return self.store.read_manifest(vdir)
         except FileNotFoundError:
-            if os.path.lexists(vdir) and not os.path.lexists(vdir / MANIFEST_FILE):
+            if os.path.lexists(vdir) and not self.store.has_manifest(vdir):
                 # publish and removal move whole folders: this never heals
-                self._reject(vdir, "no manifest.json")
+                self._reject(vdir, "no manifest (neither manifest.json nor its names)")
                 return None
             if os.path.lexists(vdir):
                 raise  # there after all: a shared filesystem's passing error, tried again

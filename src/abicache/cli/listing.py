@@ -20,7 +20,8 @@ from json.encoder import encode_basestring_ascii as _QUOTE
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
-from ..store.manifest import FILENAME
+from ..errors import ManifestError
+from ..store.manifest_names import read_any
 from . import listing_memo
 
 _ENTRY = re.compile(r"[0-9a-f]{16,64}\.[0-9a-f]{16,64}\Z")  # <key>.<variant>
@@ -28,7 +29,6 @@ _SCAN = json.JSONDecoder().scan_once
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _READ_LIMIT = 1 << 20  # a listing has no use for a manifest larger than this
-_FIRST_READ = 1 << 16  # most manifests are a few KiB
 
 
 class Row(NamedTuple):
@@ -132,20 +132,11 @@ def read(vdir: str, name: str | None = None, dir_fd: int | None = None) -> Row |
     or None if its manifest is missing or not one to show."""
     where, name = (name, name) if dir_fd is not None and name else (vdir, os.path.basename(vdir))
     try:
-        fd = os.open(f"{where}/{FILENAME}", os.O_RDONLY | _NOFOLLOW, dir_fd=dir_fd)
-        try:
-            data = os.read(fd, _FIRST_READ)  # a buffer of the limit's size costs more than the read
-            while len(data) % _FIRST_READ == 0 and 0 < len(data) <= _READ_LIMIT:
-                more = os.read(fd, _FIRST_READ)
-                if not more:
-                    break
-                data += more
-        finally:
-            os.close(fd)
+        data = read_any(where, _READ_LIMIT, dir_fd)  # the file, or the names it is kept in
         used = os.stat(where, dir_fd=dir_fd, follow_symlinks=False).st_mtime
         doc = _parse(data) if len(data) <= _READ_LIMIT else None
         return _row(vdir, name, doc, used) if isinstance(doc, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, ManifestError):
         return None
 
 

@@ -5,6 +5,7 @@ hash, link, commit: the publish protocol) is store/publishing.py.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
-from . import blobs, deps, manifest as mf, stamps
+from . import blobs, deps, manifest as mf, manifest_names, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
@@ -36,6 +37,7 @@ class Store(Publishing):
         self.trust = Trust(group)
         self._ready = False
         self._written = False
+        self.listed: tuple[str, list[str]] | None = None  # _manifest_bytes's last listing
         self._marks: dict[str, dict[str, tuple[int, int]]] = {}  # stage -> file -> (inode, mtime) hashed
 
     @property
@@ -133,15 +135,7 @@ class Store(Publishing):
     def read_manifest(self, vdir: Path) -> Manifest:
         """The validated manifest of a variant dir; it must describe that very
         dir, be ours (owner and mode), and have the variant id its requirements give."""
-        fd = os.open(os.path.join(vdir, mf.FILENAME), os.O_RDONLY | _NOFOLLOW)
-        try:
-            st = os.fstat(fd)
-            if not self.trust.ok(st):
-                raise ManifestError(self.trust.problem(st, mf.FILENAME) or "untrusted")
-            data = _read_upto(fd, mf.MAX_BYTES + 1, st.st_size)
-        finally:
-            os.close(fd)
-        manifest = mf.parse(data, local=True)
+        manifest = mf.parse(self._manifest_bytes(os.fspath(vdir)), local=True)
         prefix, name = os.path.split(vdir)
         where = (os.path.basename(os.path.dirname(prefix)), *(entry_name(name) or ("", "")))
         if (manifest.kind, manifest.key, manifest.variant) != where:
@@ -152,6 +146,45 @@ class Store(Publishing):
         if mf.variant_of(manifest) != manifest.variant:
             raise ManifestError(f"manifest in {vdir}: its requirements do not give its variant id (edited)")
         return manifest
+
+    def _manifest_bytes(self, vdir: str) -> bytes:
+        """The manifest's bytes: the file manifest.json where there is one, else the names
+        it is kept in (manifest_names), read only from a folder that passes the trust check.
+        The folder's listing is kept for the stamp's first read (stamps.read: one listing a hit)."""
+        dfd = os.open(vdir, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+        try:
+            folder = os.fstat(dfd)
+            names = os.listdir(dfd)
+            if mf.FILENAME in names:
+                fd = os.open(mf.FILENAME, os.O_RDONLY | _NOFOLLOW, dir_fd=dfd)
+                try:
+                    st = os.fstat(fd)
+                    if not self.trust.ok(st):
+                        raise ManifestError(self.trust.problem(st, mf.FILENAME) or "untrusted")
+                    return _read_upto(fd, mf.MAX_BYTES + 1, st.st_size)
+                finally:
+                    os.close(fd)
+            if not manifest_names.present(names):
+                raise FileNotFoundError(errno.ENOENT, "no manifest", os.path.join(vdir, mf.FILENAME))
+            if not self.trust.ok(folder):
+                raise ManifestError(self.trust.problem(folder, "the folder its names are in") or "untrusted")
+            self.listed = (vdir, names)
+            return manifest_names.decode(names, mf.MAX_BYTES) or b""
+        finally:
+            os.close(dfd)
+
+    def take_listing(self, vdir: Path) -> list[str] | None:
+        """The names _manifest_bytes listed in vdir, once (a stamp written since is not in them)."""
+        listed, self.listed = self.listed, None
+        return listed[1] if listed is not None and listed[0] == os.fspath(vdir) else None
+
+    def has_manifest(self, vdir: Path) -> bool:
+        """Whether the folder holds a manifest in either form (whole or not)."""
+        try:
+            names = os.listdir(vdir)
+        except OSError:
+            return False
+        return mf.FILENAME in names or manifest_names.present(names)
 
     def chain_problem(self, vdir: Path) -> tuple[str, Path | None] | None:
         """Every folder from entries/<kind> down to the variant must be a real
@@ -185,7 +218,7 @@ class Store(Publishing):
         if chain is not None and chain[1] is not None:
             return chain[0], [], chain[1]
         order = sorted(record.path for record in manifest.files)
-        stamp = stamps.read(vdir, self.trust.ok, order)
+        stamp = stamps.read(vdir, self.trust.ok, order, self.take_listing(vdir))
         full = full or chain is not None or time.time() - stamp.verified > max_age
         hashed: dict[str, stamps.Witness] = {}
         folder = os.fspath(vdir) + os.sep  # strings, not Paths: a join per file is most of a hit's time
@@ -221,7 +254,7 @@ class Store(Publishing):
         current); witnesses of current ones are remembered in its stamp for
         the next process."""
         order = sorted(record.path for record in manifest.files)
-        stamp = stamps.read(vdir, self.trust.ok, order)
+        stamp = stamps.read(vdir, self.trust.ok, order, self.take_listing(vdir))
         absent, env, system = manifest.absent, manifest.env, manifest.system
         if stamp.deps_ok and deps.summary(manifest.deps, bases, None, absent, env, system) in stamp.deps_ok:
             return None  # the common hit: no file was touched since all were found current

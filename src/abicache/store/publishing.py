@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import BuildError, ManifestError
-from . import blobs, manifest as mf, stamps
+from . import blobs, manifest as mf, manifest_names, stamps
 from .manifest import FileRecord, Manifest
 
 #: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
@@ -157,14 +157,19 @@ class Publishing:
             )
         for folder in walk_dirs(stage):  # the builder's (or a download's) folders: the store's mode
             self.trust.fix_dir(folder)
-        mpath = stage / mf.FILENAME
-        if not os.path.lexists(mpath):  # a second try after a lost race has written it
-            fd = os.open(mpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        there = os.listdir(stage)
+        if mf.FILENAME not in there and not manifest_names.present(there):  # a second try has written it
+            names = manifest_names.encode(data, there)  # in the folder's names: no block of its own
+            if names is not None:
+                manifest_names.write(os.fspath(stage), names)
+            else:
+                fd = os.open(stage / mf.FILENAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                             0o444)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             blobs.fsync_dir(stage)
         final = self.layout.variant_dir(manifest.kind, manifest.key, manifest.variant)
         self.make_dir(final.parent)

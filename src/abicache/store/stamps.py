@@ -44,6 +44,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..errors import ManifestError
+from .manifest_names import read_any as _read_manifest
+
 FILENAME = ".abicache-stamp"
 NAME_PREFIX = ".abicache-s."
 _NAME_MAX = 255  # bytes in a file's name: ext4, xfs, btrfs, tmpfs, NFS
@@ -96,30 +99,35 @@ class Stamp:
         self.names += other.names
 
 
-def read(vdir: Path, trusted: Callable[[os.stat_result], bool], order: Sequence[str] | None = None) -> Stamp:
+def read(vdir: Path, trusted: Callable[[os.stat_result], bool], order: Sequence[str] | None = None,
+         names: list[str] | None = None) -> Stamp:
     """The variant's stamp; an empty one if absent, unreadable or not trusted. order:
     the manifest's file paths, sorted (read from the manifest there if not given).
     A name is as trusted as the folder it is in: none is read from a folder that
-    `trusted` refuses (the same calls as os.listdir: open, fstat, getdents)."""
+    `trusted` refuses (the same calls as os.listdir: open, fstat, getdents). names:
+    the folder's listing where the caller just made it, from a folder it trusted."""
     stamp = Stamp()
-    try:
-        fd = os.open(vdir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return stamp
-    try:
-        if not trusted(os.fstat(fd)):
-            return stamp
-        names = os.listdir(fd)
-    except OSError:
-        return stamp
-    finally:
-        os.close(fd)
+    if names is None:
+        names = _listing(vdir, trusted)
     for name in names:
         if name.startswith(NAME_PREFIX):
             stamp.merge(_decode(name, order if order is not None else _order(vdir)))
         elif name == FILENAME:
             stamp.merge(_from_json(_read_json(vdir / FILENAME, trusted)))
     return stamp
+
+
+def _listing(vdir: Path, trusted: Callable[[os.stat_result], bool]) -> list[str]:
+    try:
+        fd = os.open(vdir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return []
+    try:
+        return os.listdir(fd) if trusted(os.fstat(fd)) else []
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def _from_json(doc: Any) -> Stamp:
@@ -171,9 +179,9 @@ def _order(vdir: Path) -> list[str]:
     """The manifest's file paths, sorted: what a stamp's indexes count (no trust needed:
     a wrong order only fails to vouch, as a witness of another file never matches)."""
     try:
-        files = json.loads((vdir / "manifest.json").read_bytes()[:_MAX_BYTES])["files"]
+        files = json.loads(_read_manifest(os.fspath(vdir), _MAX_BYTES))["files"]
         return sorted(str(p) for p in files)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, ManifestError):
         return []
 
 

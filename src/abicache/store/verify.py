@@ -68,7 +68,7 @@ def _verify_entry(store: Store, vdir: Path, full: bool, report: VerifyReport,
         if _gone(vdir):
             report.entries -= 1  # removed while we looked: gc or another verify
             return
-        _quarantine(store, vdir, vdir, "no manifest.json", [], report)
+        _quarantine(store, vdir, vdir, "no manifest (neither manifest.json nor its names)", [], report)
         return
     except (ManifestError, OSError) as exc:
         _quarantine(store, vdir, vdir, f"unreadable manifest: {exc}", [], report)
