@@ -92,7 +92,7 @@ def _victim_root(work: Path, t: int, scenario: str, legit: Path, rel: Path, plan
     root = pub / "store"
     if scenario == "root owned by nobody":  # the attacker's own root, offered as a shared cache
         forged = hostile.copy_tree(legit)
-        hostile.forge(forged / rel, forged / "v2" / "blobs", evil)
+        hostile.forge(forged / rel, forged / "v3" / "blobs", evil)
         hostile.as_attacker("sh", "-c", f"cp -a '{forged}' '{root}' && chmod -R go-w '{root}'")
         return root
     root.mkdir()
@@ -103,7 +103,7 @@ def _victim_root(work: Path, t: int, scenario: str, legit: Path, rel: Path, plan
     finally:
         os.umask(old)
     if scenario == "store left 0777":
-        for folder, _, _ in os.walk(root / "v2"):
+        for folder, _, _ in os.walk(root / "v3"):
             os.chmod(folder, 0o777)
     return root
 

@@ -139,7 +139,7 @@ def bench_kernels(work: Path, counts: list[int], runs: int) -> list[dict[str, fl
     sys.path.insert(0, SRC)
     from abicache.store.manifest_names import read_any
     paths = {}
-    for vdir in root.glob("v2/entries/cc.library/*/*.*"):
+    for vdir in root.glob("v3/entries/cc.library/*/*.*"):
         manifest = json.loads(read_any(str(vdir), 1 << 22))  # a file, or kept in its folder's names
         paths[int(manifest["name"][1:])] = str(vdir / next(iter(manifest["files"])))
     listed = work / "kernel-paths.json"  # a file: a thousand paths are too long for one argument

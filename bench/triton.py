@@ -50,7 +50,7 @@ def main() -> None:
             for name, env in (("default", default_env), ("abicache", ours_env))}
     med = {name: {k: statistics.median(r[k] for r in runs) for k in ("hit_path_s", "total_s")}
            for name, runs in hits.items()}
-    sizes = {"default": du(work / "triton"), "abicache": du(work / "abicache" / "v2" / "blobs")}
+    sizes = {"default": du(work / "triton"), "abicache": du(work / "abicache" / "v3" / "blobs")}
     table = Table(title=f"Triton 3.9 default cache vs abicache.triton (medians of 5 fresh processes, "
                         f"{len(pythons)} Python versions)", title_justify="left")
     for col in ("measure", "Triton default", "abicache", "default / abicache"):

@@ -138,7 +138,7 @@ def plant_command(root: Path, rel: Path, plant: Path, evil_file: Path) -> str:
     doc = json.loads((plant / mf.FILENAME).read_bytes())
     lib, meta = next(iter(doc["files"].items()))
     name = sha + ("x" if meta["mode"] & 0o111 else "")  # the store's blob name
-    target, blob = root / rel, root / "v2" / "blobs" / sha[:2] / name
+    target, blob = root / rel, root / "v3" / "blobs" / sha[:2] / name
     return (f"mkdir -p '{target.parent}' '{blob.parent}' && cp -r '{plant}' '{target}' && "
             f"cp '{evil_file}' '{blob}' && chmod {meta['mode']:o} '{blob}' && ln -f '{blob}' '{target}/{lib}' && "
             f"chmod 0444 '{target}/{mf.FILENAME}'")

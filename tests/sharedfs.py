@@ -101,7 +101,7 @@ def trial(work: Path, n: int, phase: str, err: int, at: int, payload: bytes, fau
     built: list[int] = []
     if phase == "lookup":
         Cache(root, remote=False).get_or_build("t", "answer", {"sources": {"answer.cpp": LIB_SOURCE}}, _builder(payload, faults, built))
-    quarantine = root / "v2" / "quarantine"
+    quarantine = root / "v3" / "quarantine"
     before = len(list(quarantine.iterdir())) if quarantine.exists() else 0
     faults.arm(root, err, at)
     out = {"trials": 1}

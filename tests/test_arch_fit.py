@@ -71,8 +71,8 @@ def _chosen(store: Path, devices: str, tmp_path: Path | None = None) -> str | No
 @pytest.mark.parametrize(("devices", "expected"), EXPECTED)
 def test_the_variant_chosen_for_each_device_set_follows_cudas_rules(store: Path, devices: str,
                                                                     expected: str | None) -> None:
-    keys = {p.name.partition(".")[0] for p in store.glob("v2/entries/gpu.kernel/*/*.*")}
-    assert len(keys) == 1 and len(list(store.glob("v2/entries/gpu.kernel/*/*.*"))) == len(VARIANTS)
+    keys = {p.name.partition(".")[0] for p in store.glob("v3/entries/gpu.kernel/*/*.*")}
+    assert len(keys) == 1 and len(list(store.glob("v3/entries/gpu.kernel/*/*.*"))) == len(VARIANTS)
     assert _chosen(store, devices) == expected
 
 

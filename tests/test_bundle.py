@@ -62,7 +62,7 @@ def test_a_bundled_store_folder_serves_a_machine_without_a_compiler(built: Path,
     assert main(["bundle", "--out", str(out), "--root", str(built), "--json", "adder", "twice"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert sorted(e["name"] for e in doc["entries"]) == ["adder", "twice"] and doc["tag"] is None
-    assert not list(out.rglob("*.o")) and not (out / "v2" / "entries" / "cc.object").exists()  # only what was named
+    assert not list(out.rglob("*.o")) and not (out / "v3" / "entries" / "cc.object").exists()  # only what was named
     used = subprocess.run([sys.executable, "-c", USE, str(tmp_path / "fresh")], capture_output=True, text=True,
                           env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(out)), timeout=120)
     assert used.returncode == 0, used.stderr[-2000:]

@@ -114,11 +114,11 @@ def test_identical_files_are_shipped_once_per_wheel(store: Path, tmp_path: Path)
     (wheel,) = [Path(w["file"]) for w in doc["wheels"]]
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    blobs = [n for n in names if "/store/v2/blobs/" in n]
+    blobs = [n for n in names if "/store/v3/blobs/" in n]
     # adder, twice for two Pythons, split_ext, split_stable, k for three archs, dup_a, dup_b
     assert len(doc["entries"]) == 10, [(e["kind"], e["name"]) for e in doc["entries"]]
-    manifests = [hostile.manifest_doc(v) for v in store.glob("v2/entries/*/*/*.*") if v.is_dir()]
+    manifests = [hostile.manifest_doc(v) for v in store.glob("v3/entries/*/*/*.*") if v.is_dir()]
     wanted = [f["sha256"] for entry in manifests if entry["name"] in NAMES for f in entry["files"].values()]
     assert len(wanted) == 10 and len(set(wanted)) < len(wanted)  # dup_a's and dup_b's file at least
     assert len(blobs) == len(set(wanted)), (len(blobs), len(set(wanted)))  # each distinct file once
-    assert not [n for n in names if "/store/v2/entries/" in n and not n.endswith("manifest.json")]
+    assert not [n for n in names if "/store/v3/entries/" in n and not n.endswith("manifest.json")]

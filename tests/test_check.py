@@ -114,7 +114,7 @@ def test_abicache_check_env_checks_hits_in_the_background(project: Path, tmp_pat
     monkeypatch.setenv("PYTHONPATH", str(SRC))
     monkeypatch.setenv("ABICACHE_CHECK", "1")  # every hit
     assert _build(cache).hit
-    log = tmp_path / "store" / "v2" / "log" / "check.jsonl"
+    log = tmp_path / "store" / "v3" / "log" / "check.jsonl"
     deadline = time.monotonic() + 120
     while not log.exists() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -413,7 +413,7 @@ def test_explain_last_says_why_each_recent_miss_missed(root: Path, capsys: pytes
     monkeypatch.setattr(explain, "ROTATE_BYTES", 2000)
     for n in range(40):
         explain.record_miss(cache.store, "t", f"n{n}", "ab" * 32, {"flags": ["-x" * 50]})
-    logs = sorted((root / "v2" / "log").glob("misses*.jsonl"))
+    logs = sorted((root / "v3" / "log").glob("misses*.jsonl"))
     assert len(logs) == 2 and all(p.stat().st_size < 2000 + 400 for p in logs)
     assert [m["name"] for m in explain.last_misses(cache.store, 3)] == ["n37", "n38", "n39"]
     assert main(["explain", "--root", str(root)]) == 2  # neither a name nor --last

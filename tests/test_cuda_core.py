@@ -62,7 +62,7 @@ def test_a_cubin_is_not_returned_where_it_cannot_load_nor_after_a_changed_byte(r
     from abicache.cuda.program_cache import ProgramCache
 
     _compile(root)
-    (cubin,) = root.glob("v2/entries/cuda_core.program/*/*/program.cubin")
+    (cubin,) = root.glob("v3/entries/cuda_core.program/*/*/program.cubin")
     sm90 = ProgramCache(Cache(root), target={"gpu.arch": "sm_90"})
     sm80 = ProgramCache(Cache(root), target={"gpu.arch": "sm_80"})
     from cuda.core import ProgramOptions
@@ -113,4 +113,4 @@ def _any_cubin(root: Path) -> bytes:
 
 
 def _manifests(root: Path) -> list[dict]:
-    return [hostile.manifest_doc(p) for p in root.glob("v2/entries/cuda_core.program/*/*.*") if p.is_dir()]
+    return [hostile.manifest_doc(p) for p in root.glob("v3/entries/cuda_core.program/*/*.*") if p.is_dir()]

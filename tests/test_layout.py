@@ -1,5 +1,5 @@
-"""The store's on-disk layout v2 (store/layout.py, store/stamps.py): an entry is its
-folder "<key>.<variant>" in a prefix folder and its manifest; its stamp is a name."""
+"""The store's on-disk layout v3 (store/layout.py, store/stamps.py, store/manifest_names.py):
+an entry is its folder "<key>.<variant>" in a prefix folder; its manifest and its stamp are names."""
 
 from __future__ import annotations
 
@@ -93,30 +93,32 @@ def test_a_stamp_never_vouches_for_a_changed_file(root: Path) -> None:
     assert not again.hit and again.file().read_bytes() == b"A" * 4096
 
 
-def test_gc_removes_the_old_layout_and_what_no_entry_owns(root: Path) -> None:
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_gc_removes_the_old_layout_and_what_no_entry_owns(root: Path, version: str) -> None:
     cache = Cache(root)
     cache.get_or_build("t", "x", INPUTS, writer({"lib.so": b"x"}))
-    old = root / "v1" / "entries" / "t" / "ab" / ("ab" * 32) / ("0" * 16)
+    old = root / version / "entries" / "t" / "ab" / ("ab" * 32) / ("0" * 16)
     old.mkdir(parents=True, mode=0o700)
     (old / "lib.so").write_bytes(b"old")
-    for folder in (root / "v1", *old.parents):
-        if root / "v1" in (folder, *folder.parents):
+    for folder in (root / version, *old.parents):
+        if root / version in (folder, *folder.parents):
             folder.chmod(0o700)
     report = collect_garbage(cache.store)
-    assert not (root / "v1").exists() and report.strays_removed >= 1
-    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # v2 untouched
+    assert not (root / version).exists() and report.strays_removed >= 1
+    assert Cache(root).get_or_build("t", "x", INPUTS, writer({})).hit  # v3 untouched
 
 
-def test_a_read_only_store_of_the_old_layout_is_named_and_skipped(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_read_only_store_of_the_old_layout_is_named_and_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   version: str) -> None:
     from abicache import tiers
 
     old = tmp_path / "shipped"
-    (old / "v1" / "entries").mkdir(parents=True)
+    (old / version / "entries").mkdir(parents=True)
     monkeypatch.setenv("ABICACHE_READ_STORES", str(old))
     tiers.forget()
     tiers._warned.clear()
-    with pytest.warns(AbicacheWarning, match="older layout v1 .*bundle it again"):
+    with pytest.warns(AbicacheWarning, match=f"older layout {version} .*bundle it again"):
         assert tiers.tiers() == []
 
 

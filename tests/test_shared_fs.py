@@ -83,16 +83,16 @@ def test_eight_machines_on_a_filesystem_without_links_or_locks(built: tuple[Path
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, [o[1][-2000:] for o in outs]
     assert [o[0].strip() for o in outs] == ["42"] * 8
-    entries = list((store / "v2" / "entries").glob("*/*/*.*"))  # entry folders, not the variants links
+    entries = list((store / "v3" / "entries").glob("*/*/*.*"))  # entry folders, not the variants links
     assert len(entries) == 1, entries
-    blobs = [p for p in (store / "v2" / "blobs").rglob("*") if p.is_file()] if (store / "v2" / "blobs").exists() \
+    blobs = [p for p in (store / "v3" / "blobs").rglob("*") if p.is_file()] if (store / "v3" / "blobs").exists() \
         else []
     assert blobs == []  # link() failed: the entry keeps its own files
     for command in (["verify", "--full"], ["gc", "--max-age", "3650d"]):
         out = subprocess.run([sys.executable, "-m", "abicache", *command, "--json"], env={**env, "ABICACHE_DIR":
                              str(store)}, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-    assert list((store / "v2" / "entries").glob("*/*/*.*")) == entries
+    assert list((store / "v3" / "entries").glob("*/*/*.*")) == entries
     again = subprocess.run([sys.executable, "-c", RACER, str(store), "0"], env=env, capture_output=True, text=True,
                            timeout=120)
     assert again.stdout.strip() == "42", again.stderr[-2000:]

@@ -61,7 +61,7 @@ def _planted_store(tmp_path: Path, evil: bytes) -> Path:
     art = cc.build_library("answer", [hostile.GOOD_C], cache=Cache(legit, remote=False))
     plant = hostile.copy_tree(legit)
     rel = art.path.relative_to(legit)
-    hostile.forge(plant / rel, plant / "v2" / "blobs", evil)
+    hostile.forge(plant / rel, plant / "v3" / "blobs", evil)
     pub = hostile.public_dir()
     dest = pub / "store"
     hostile.as_attacker("sh", "-c", f"cp -a '{plant}' '{dest}' && chmod -R go-w '{dest}'")
@@ -97,7 +97,7 @@ def test_a_shared_store_is_setgid_to_its_group(root: Path, monkeypatch: pytest.M
     monkeypatch.setenv("ABICACHE_SHARED", "users")
     gid = grp.getgrnam("users").gr_gid
     art = Cache(root).get_or_build("t", "x", INPUTS, writer({"sub/f": "x"}))
-    for folder in (root, root / "v2", root / "v2" / "entries", art.path, art.path / "sub"):
+    for folder in (root, root / "v3", root / "v3" / "entries", art.path, art.path / "sub"):
         st = folder.lstat()
         assert st.st_gid == gid and st.st_mode & stat.S_ISGID, folder
         assert not st.st_mode & stat.S_IWOTH, folder
@@ -148,7 +148,7 @@ def test_a_co_user_cannot_plant_the_next_build(tmp_path: Path, monkeypatch: pyte
     finally:
         os.umask(old)
     if legacy:  # what the old code left under umask 000: every folder 0777
-        for folder, dirs, _ in os.walk(root / "v2"):
+        for folder, dirs, _ in os.walk(root / "v3"):
             os.chmod(folder, 0o777)
     # The attacker computes the victim's next key (it is deterministic) and plants it.
     evil_file = hostile.evil_file(tmp_path)
@@ -359,9 +359,9 @@ def test_a_blob_at_the_hard_link_limit_gets_a_fresh_copy(cache: Cache, tmp_path:
 def test_a_deleted_store_folder_is_recreated(root: Path, folder: str) -> None:
     cache = Cache(root)
     cache.get_or_build("t", "a", INPUTS, writer({"f": "a"}))
-    shutil.rmtree(root / "v2" / folder)
+    shutil.rmtree(root / "v3" / folder)
     assert cache.get_or_build("t", "b", INPUTS, writer({"f": "b"})).file().read_text() == "b"
-    shutil.rmtree(root / "v2" / folder, ignore_errors=True)  # not every folder is made again at once
+    shutil.rmtree(root / "v3" / folder, ignore_errors=True)  # not every folder is made again at once
     assert Cache(root).get_or_build("t", "c", INPUTS, writer({"f": "c"})).file().read_text() == "c"
 
 
@@ -610,7 +610,7 @@ def test_a_read_only_store_serves_hits_and_builds_misses_into_the_users_own(
     assert later.lookup("t", "new", inputs).path == new.path
     assert later.get_or_build("t", "new", inputs, _never).file().read_bytes() == b"n"
     assert cc.build_library("adder", 'extern "C" int add(int a, int b) { return a + b; }', cache=later).hit
-    assert not any(os.scandir(store / "v2" / "tmp"))  # nothing staged in the read-only store
+    assert not any(os.scandir(store / "v3" / "tmp"))  # nothing staged in the read-only store
     # a view for another machine, made after the fallback exists, falls back with its own facts
     target = cache.for_target({"python.abi": "cp399"})
     other = target.get_or_build("t", "elsewhere", inputs, lambda out: (out / "f").write_bytes(b"e"),

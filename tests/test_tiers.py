@@ -87,7 +87,7 @@ def test_a_read_only_store_built_by_another_compiler_serves_a_machine_without_on
     local = tmp_path / "local"
     got = _load(local, tmp_path, ABICACHE_READ_STORES=str(mount / "store"))
     assert got["origin"] == "tier" and got["value"] == 42 and got["path"] == built["path"], got
-    assert not (local / "v2" / "entries" / "cc.library").exists()  # nothing copied, nothing built
+    assert not (local / "v3" / "entries" / "cc.library").exists()  # nothing copied, nothing built
     need("c++")
     with_gcc = _load(local, tmp_path, compilers=True, ABICACHE_READ_STORES=str(mount / "store"))
     assert with_gcc["origin"] == "tier", with_gcc

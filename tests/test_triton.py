@@ -79,7 +79,7 @@ def test_one_compile_serves_python_311_and_312(py311: str, py312: str, tmp_path:
     assert (first["py"], second["py"]) == ("3.11", "3.12")
     assert first["cubin_sha"] == second["cubin_sha"]
     assert len(entries(root)) == 1  # the second interpreter hit
-    cubins = [p for p in (root / "v2" / "blobs").rglob("*") if p.is_file() and
+    cubins = [p for p in (root / "v3" / "blobs").rglob("*") if p.is_file() and
               __import__("hashlib").sha256(p.read_bytes()).hexdigest() == first["cubin_sha"]]
     assert len(cubins) == 1
     assert first["libtriton_opened"] == [] and second["libtriton_opened"] == []
@@ -270,7 +270,7 @@ def test_triton_cache_dir_holds_the_store_when_abicache_dir_is_unset(py311: str,
     out = subprocess.run([py311, str(KERNEL)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(entries(tmp_path / "triton" / "abicache")) == 1
-    assert not (tmp_path / "xdg").exists() or not list((tmp_path / "xdg").glob("abicache/v2/entries/*/*/*.*"))
+    assert not (tmp_path / "xdg").exists() or not list((tmp_path / "xdg").glob("abicache/v3/entries/*/*/*.*"))
 
 
 PUT_KINDS = """

@@ -123,7 +123,7 @@ def write_store(chosen: Iterable[tuple[Path, Manifest]], out: Path, signer: Any 
                 blobs: bool = False) -> None:
     """A store folder at out (which must not exist yet): folders 0755, files 0444 or 0555;
     with a signer (remote/keys.py), each manifest signed by it, else copied byte for byte.
-    blobs: each distinct file once, in v2/blobs/ as the local store keeps it, and the entries'
+    blobs: each distinct file once, in v3/blobs/ as the local store keeps it, and the entries'
     folders hold their manifests only (a wheel: a file shared by variants is shipped once;
     tiers.py copies an entry into the local store at its first use)."""
     if out.exists():

@@ -7,7 +7,7 @@ its manifest: a new build of the same key and variant is a new folder, so a new 
 and an entry moved aside and back is read again. The memo is for display only: a hit
 and `abicache verify` never read it, and `ls` still stats every entry for its last use.
 
-One JSON file a kind, <store>/v2/listing/<kind>.json, written by `ls` (a temporary
+One JSON file a kind, <store>/v3/listing/<kind>.json, written by `ls` (a temporary
 file renamed over it) where the entries it saw differ from the memo's. It is read only
 where it is a regular file owned by this user, and a file that is not what this module
 writes is not used at all: the rows are then read from the manifests, as without it.

@@ -269,7 +269,7 @@ def _drop_stale_listings(store: Store, keys: dict[str, set[str]]) -> int:
 
 
 def _drop_old_layouts(store: Store) -> int:
-    """The folders of older layouts (v1/ beside v2/): nothing reads them any more. Each
+    """The folders of older layouts (v1/, v2/ beside v3/): nothing reads them any more. Each
     leaves by one rename into trash/, as an entry does (a process still mapping a .so
     from it keeps its mapping)."""
     removed = 0

@@ -1,9 +1,13 @@
-"""Where everything lives under a store root (versioned: <root>/v2/...).
+"""Where everything lives under a store root (versioned: <root>/v3/...).
 
 v2 (from v1): an entry's folder is entries/<kind>/<key[:2]>/<key>.<variant>, no
 folder per key (beside them, a symlink <key> naming the key's variants: a hint
 for lookups); each folder is a 4 KiB block of its own on ext4, as every small
-file is, so an entry is its folder and its manifest (stamps are names: stamps.py).
+file is, so an entry was its folder and its manifest (stamps are names: stamps.py).
+v3 (from v2): a small manifest is kept in its folder's names (manifest_names.py),
+so an entry is its folder. An older abicache would find no manifest.json there
+and quarantine the entry: a store shared by two versions keeps each one's
+entries apart instead, as uv's cache does.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-LAYOUT_VERSION = "v2"
+LAYOUT_VERSION = "v3"
 #: layouts of older versions, removed whole by gc (what they hold is never read)
-OLD_VERSIONS = ("v1",)
+OLD_VERSIONS = ("v1", "v2")
 #: the folders under <root>/v1, made (and checked) by Store.ensure
 FOLDERS = ("entries", "blobs", "tmp", "locks", "quarantine", "trash", "index", "log", "tools")
 _KIND = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
