@@ -27,7 +27,7 @@ import pytest
 
 import hostile
 from abicache import Cache, cc
-from abicache.errors import AbicacheError, BuildError, ConfigError, UntrustedRootError
+from abicache.errors import AbicacheError, AbicacheWarning, BuildError, ConfigError, UntrustedRootError
 from abicache.store.verify import verify_store
 from conftest import SRC, read_only, run_py, tmpfs, writer
 from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
@@ -549,6 +549,56 @@ def test_a_small_entry_is_not_held_back_to_be_stamped(root: Path, monkeypatch: p
     monkeypatch.setattr(publishing, "_WAIT_BYTES", 1024)
     Cache(root).get_or_build("t", "large", INPUTS, writer({"lib.so": os.urandom(4096)}))
     assert slept and 0 < slept[0] <= stamps.FINE_SECONDS + 0.002
+
+
+
+SMALL_BUILDS = """
+import os, sys
+from abicache import Cache
+cache = Cache(sys.argv[1])
+for name in ("a", "b", "c"):
+    cache.get_or_build("t", name, {"sources": {"x.txt": name}},
+                       lambda out, name=name: (out / "lib.so").write_bytes(name.encode() * 64))
+"""
+
+
+def test_small_entries_are_stamped_by_their_builder_before_it_exits(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small entry is not held back at publish to be stamped; its builder checks and stamps
+    it later (its next publish, or its exit), so the first hit in the next process hashes
+    nothing and writes nothing (a thousand Triton kernels' first hits: 0.75 ms each)."""
+    from abicache.store import blobs, stamps
+
+    done = subprocess.run([sys.executable, "-c", SMALL_BUILDS, str(root)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    hashed: list[Path] = []
+    real = blobs.hash_file
+    monkeypatch.setattr(blobs, "hash_file", lambda p: hashed.append(p) or real(p))
+    before = {p: p.lstat().st_mtime_ns for p in root.rglob("*")}
+    cache = Cache(root)
+    for name in ("a", "b", "c"):
+        got = cache.lookup("t", name, {"sources": {"x.txt": name}})
+        assert got is not None and got.file().read_bytes() == name.encode() * 64
+        assert stamps.read(got.path, lambda st: True).files
+    assert hashed == []
+    assert {p: p.lstat().st_mtime_ns for p in root.rglob("*")} == before
+
+
+def test_a_small_entry_changed_before_its_deferred_stamp_is_not_vouched_for(root: Path) -> None:
+    """The builder's later check hashes the files again: a byte changed between the publish
+    and that check (same size, mode put back) is not stamped, and the first hit moves it aside."""
+    from abicache.store import publishing, stamps
+
+    art = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
+    blob = art.file()
+    blob.chmod(0o644)
+    blob.write_bytes(b"B" * 64)
+    blob.chmod(0o444)
+    publishing._deferred.flush(wait=True)
+    assert not stamps.read(art.path, lambda st: True).files
+    with pytest.warns(AbicacheWarning, match="sha256"):
+        again = Cache(root).get_or_build("t", "x", INPUTS, writer({"lib.so": b"A" * 64}))
+    assert not again.hit and again.file().read_bytes() == b"A" * 64
 
 
 @pytest.fixture

@@ -327,6 +327,42 @@ def test_the_group_record_reads_as_tritons(py311: str, tmp_path: Path) -> None:
                                                        ["k.cubin", "k.json"]]
 
 
+
+KERNEL_GROUPS = """
+import os, sys
+import abicache.triton
+for i in range(5):  # kernels of one name: their files differ, their names do not
+    manager = abicache.triton.CacheManager(f"{i:02d}" * 32)
+    paths = {name: manager.put(os.urandom(256), name) for name in ("k.cubin", "k.json", "k.ptx")}
+    manager.put_group("k.json", paths)
+"""
+
+
+def test_kernels_compiled_in_one_process_are_hit_in_the_next_without_a_write(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first lookups after a compiling process hash nothing and write nothing: its entries
+    were stamped before it exited, and no file of a kernel is a blob every kernel shares (a
+    list of the group's names was one, and each new kernel's link moved its ctime)."""
+    import abicache.triton as at
+    from abicache.store import blobs
+
+    store = tmp_path / "store"
+    done = subprocess.run([sys.executable, "-c", KERNEL_GROUPS], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(store)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.setenv("ABICACHE_DIR", str(store))
+    monkeypatch.setattr(at, "_cache", None)
+    hashed: list[Path] = []
+    real = blobs.hash_file
+    monkeypatch.setattr(blobs, "hash_file", lambda p: hashed.append(p) or real(p))
+    before = {p: p.lstat().st_mtime_ns for p in store.rglob("*")}
+    for i in range(5):
+        group = at.CacheManager(f"{i:02d}" * 32).get_group("k.json")
+        assert group is not None and sorted(group) == ["k.cubin", "k.json", "k.ptx"]
+    assert hashed == []
+    assert {p: p.lstat().st_mtime_ns for p in store.rglob("*")} == before
+
+
 @pytest.fixture(scope="module", params=["3.2.0", "3.6.0"])
 def older_triton(request: pytest.FixtureRequest) -> str:
     """A venv of this interpreter with another Triton (torch 2.6 pins 3.2; the GPU image has 3.6)."""

@@ -227,12 +227,12 @@ class CacheManager:
 
     def get_group(self, filename: str) -> Optional[Dict[str, str]]:
         entry = self.cache.lookup(KIND, _kernel_name(filename), self._inputs())
-        if entry is None or GROUP not in entry.files:
+        if entry is None:
             return None
-        # GROUP lists the group's names, of which the entry holds those that were files: the
-        # entry's own file list says the same without another read
-        folder = os.fspath(entry.path)
-        return {name: os.path.join(folder, name) for name in entry.files if name != GROUP}
+        # the entry holds the group's names that were files (as Triton's own manager answers
+        # only those that exist); GROUP is in an entry of a group with none, or of an older abicache
+        folder = os.fspath(entry.path) + os.sep
+        return {name: folder + name for name in entry.files if name != GROUP}
 
     def put_group(self, filename: str, group: Dict[str, str]) -> str:
         """Publish the group's files (each already persisted by put()) as one entry;
@@ -243,7 +243,8 @@ class CacheManager:
         def build(out: Path) -> None:
             for name, path in files.items():
                 shutil.copyfile(path, out / name)
-            (out / GROUP).write_text(json.dumps(names))
+            if not files:  # an entry holds at least one file
+                (out / GROUP).write_text(json.dumps(names))
 
         art = self.cache.get_or_build(KIND, _kernel_name(filename), self._inputs(), build)
         # Triton's own record of the group, as its manager writes it: what get_file("__grp__…")

@@ -190,34 +190,38 @@ class Publishing:
         return final, True
 
     def _stamp_published(self, vdir: Path, manifest: Manifest, marks: Mapping[str, tuple[int, int]]) -> None:
-        """Stamp the files ingest hashed, so the first hit does not hash them
-        again (a 0.8 GB precompiled header costs 1.5 s). A file is stamped only
-        if it is the very inode ingest hashed (not a blob already there, which
-        was not hashed) with the mtime it had then (no write since), and its
-        ctime (the link into the blob store just set it) lies far enough in
-        the past: up to FINE_SECONDS are waited for; coarse timestamps are not."""
-        if not marks:
-            return
-        files = {r.path: vdir / r.path for r in manifest.files if r.path in marks}
+        """Stamp the files of a new entry so that its first hit need not hash them. A large
+        entry (a 0.8 GB precompiled header costs 1.5 s to hash) waits, up to FINE_SECONDS,
+        for the ctimes its link into the blob store just set to settle, and stamps the files
+        ingest hashed: the very inode (not a blob already there, which was not hashed) with
+        the mtime it had then (no write since). A small one is not held back: this process
+        checks it (hashes and stamps, as a first hit would) at its next publish once its
+        times have settled, or at its exit (_Deferred): a thousand Triton kernels' first
+        hits in the next process then hash nothing (0.75 ms each). Coarse timestamps are
+        not waited for: the first hit hashes instead."""
+        _deferred.flush()
         try:
-            newest = max(os.lstat(p).st_ctime_ns for p in files.values())
+            newest = max(os.lstat(os.path.join(vdir, r.path)).st_ctime_ns for r in manifest.files)
         except OSError:
             return
         wait = newest + stamps.window_ns(newest) - time.time_ns()
         if wait > stamps.FINE_SECONDS * 1e9:
             return  # whole-second timestamps: the first hit hashes instead
+        if wait > 0 and sum(r.size for r in manifest.files) < _WAIT_BYTES:
+            _deferred.add(self, vdir, manifest, time.time_ns() + wait)
+            return
+        if not marks:
+            return
         if wait > 0:
-            if sum(manifest.file(rel).size for rel in files) < _WAIT_BYTES:
-                return  # the first hit hashing them costs less than waiting here
             time.sleep(wait / 1e9 + 0.001)
         seen = time.time_ns()
         witnessed = {}
-        for rel, path in files.items():
+        for rel, mark in marks.items():
             try:
-                st = os.lstat(path)
+                st = os.lstat(os.path.join(vdir, rel))
             except OSError:
                 return
-            if (st.st_ino, st.st_mtime_ns) == marks[rel] and st.st_size == manifest.file(rel).size:
+            if (st.st_ino, st.st_mtime_ns) == mark and st.st_size == manifest.file(rel).size:
                 witnessed[rel] = stamps.witness(st)
         if witnessed:
             stamps.write(vdir, {}, witnessed, time.time() if len(witnessed) == len(manifest.files) else 0.0,
@@ -298,3 +302,43 @@ def walk_dirs(top: Path) -> Iterator[Path]:
 
 def _raise(exc: OSError) -> None:
     raise exc
+
+
+
+class _Deferred:
+    """The small entries this process published before their files' times had settled,
+    checked (store.check: hashed, stamped) at its next publish once due, and at its exit
+    (waiting at most FINE_SECONDS, once). One killed before leaves them to their first
+    hits, as before; one whose check finds a problem leaves it to the first hit too."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Any, Path, Manifest, int]] = []  # (store, entry, manifest, due ns)
+        self._lock = threading.Lock()
+        self._hooked = False
+
+    def add(self, store: Any, vdir: Path, manifest: Manifest, due_ns: int) -> None:
+        with self._lock:
+            self._entries.append((store, vdir, manifest, due_ns))
+            if not self._hooked:
+                import atexit
+
+                atexit.register(self.flush, True)
+                self._hooked = True
+
+    def flush(self, wait: bool = False) -> None:
+        if not self._entries:
+            return
+        now = time.time_ns()
+        with self._lock:
+            due = [e for e in self._entries if wait or e[3] <= now]
+            self._entries = [e for e in self._entries if not (wait or e[3] <= now)]
+        if wait and due:
+            time.sleep(max(0, max(e[3] for e in due) - now) / 1e9 + 0.001)
+        for store, vdir, manifest, _ in due:
+            try:
+                store.check(vdir, manifest)
+            except Exception:  # noqa: BLE001 - a stamp is a shortcut: the first hit checks it anyway
+                pass
+
+
+_deferred = _Deferred()
