@@ -10,10 +10,11 @@ requirements and the dependencies the compiler read. Any other return value
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import key as keys
 from .errors import AbicacheError
+from .records import named_tuple
 from .requirements import Requirements
 from .store import Manifest
 from .store.manifest import Absent, Dependency, System
@@ -21,7 +22,8 @@ from .store.manifest import Absent, Dependency, System
 Builder = Callable[[Path], Any]
 
 
-class BuildResult(NamedTuple):
+@named_tuple
+class BuildResult:
     """What a builder learned: requirements, and the files it read that the
     key does not cover (checked on every lookup, see store/deps.py)."""
 
@@ -34,7 +36,8 @@ class BuildResult(NamedTuple):
 Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
 
-class Artifact(NamedTuple):
+@named_tuple
+class Artifact:
     key: str
     variant: str
     kind: str

@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from .engine import steer, tree as trees
 from .engine.job import Job
@@ -28,6 +28,7 @@ from .cache import Artifact, BuildResult, Cache, default_cache
 from .env import Facts
 from .errors import AbicacheError, BuildError
 from .key import Inputs
+from .records import named_tuple
 
 Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 _COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
@@ -118,7 +119,8 @@ def library_filename(name: str) -> str:
     )
 
 
-class Plan(NamedTuple):
+@named_tuple
+class Plan:
     """Everything the cache needs to find or build one artifact."""
 
     kind: str

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
+
+from .records import named_tuple
+
 
 KEY_SCHEME = "abicache-key-v1"
 
@@ -25,7 +28,8 @@ def _digest(data: str | bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-class Inputs(NamedTuple):
+@named_tuple
+class Inputs:
     """The build inputs of one artifact (immutable, hashable).
 
     sources: (name, sha256 of the content) pairs; the name is how the builder refers to it.

@@ -17,10 +17,11 @@ returns, for every unmet requirement, a sentence saying why.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from . import versions
 from .errors import RequirementSyntaxError
+from .records import named_tuple
 
 OPERATORS = ("==", ">=", "in", "~=")
 _NAME = r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*"
@@ -57,7 +58,8 @@ def _canonical_value(op: str, value: str) -> str:
 # Values on the hit path are NamedTuples, not dataclasses: on Python 3.11 each
 # frozen dataclass costs ~1.5 ms to create at import (and `dataclasses` pulls in
 # `inspect`, ~8 ms), which alone would break the first-hit budget (bench/).
-class _RequirementFields(NamedTuple):
+@named_tuple
+class _RequirementFields:
     name: str
     op: str
     value: str
@@ -154,7 +156,8 @@ def _gpu_compatible(devices: str, targets: tuple[str, ...]) -> bool:
     return bool(present) and all(any(t.runs_on(d) for t in built) for d in present)
 
 
-class Unmet(NamedTuple):
+@named_tuple
+class Unmet:
     requirement: Requirement
     reason: str
 

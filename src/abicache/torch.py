@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .cache import Artifact, Cache, default_cache
 from .engine import tree as trees
@@ -42,6 +42,7 @@ from .patching import Patch
 from . import torch_lines
 from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
+from .records import named_tuple
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
 
@@ -329,7 +330,8 @@ def _refuse_unstable_includes(cpp: dict[str, str]) -> None:
                              "use torch/csrc/stable/*.h, torch/headeronly/*.h and the C shims only")
 
 
-class JitOptions(NamedTuple):
+@named_tuple
+class JitOptions:
     """cpp_extension's build arguments, read as torch reads them."""
 
     cflags: tuple[str, ...]

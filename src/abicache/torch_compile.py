@@ -30,18 +30,20 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator
 
 from .cache import Artifact, Cache, default_cache
 from .errors import AbicacheWarning, ManifestError
 from .key import Inputs
+from .records import named_tuple
 from .requirements import Requirements
 
 KIND = "torch.compile"
 FILE = "artifacts.bin"
 
 
-class Loaded(NamedTuple):
+@named_tuple
+class Loaded:
     loaded: bool
     reason: str  # why not, when not loaded
     artifact: Artifact | None = None

@@ -1,4 +1,5 @@
 """torch's own build lines, as the installed torch's cpp_extension writes them
+
 into build.ninja, read from its source without importing torch (a second).
 
 What differs between torch versions is taken from torch/utils/cpp_extension.py
@@ -24,7 +25,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import NamedTuple
+
+from .records import named_tuple
+
 
 _STD = re.compile(r"-std=c\+\+\d+")
 #: torch 2.13's values, for a file that cannot be read
@@ -32,7 +35,8 @@ NVCC_COMMON = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr")
 
 
-class TorchLines(NamedTuple):
+@named_tuple
+class TorchLines:
     cxx_std: str = "-std=c++20"
     nvcc_std: str = "-std=c++20"
     nvcc_common: tuple[str, ...] = NVCC_COMMON

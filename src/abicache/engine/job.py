@@ -3,12 +3,12 @@ made on every lookup, so it imports nothing heavy)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from ..records import named_tuple
 from .tree import Tree
 
 
-class CudaUnits(NamedTuple):
+@named_tuple
+class CudaUnits:
     """.cu units compile with nvcc to objects; the job's compiler links them."""
 
     nvcc: tuple[str, ...]
@@ -17,7 +17,8 @@ class CudaUnits(NamedTuple):
     tree_flags: bool = True  # the tree's flags follow (False: flags already hold what nvcc gets of them)
 
 
-class Embedding(NamedTuple):
+@named_tuple
+class Embedding:
     """Binary blobs linked into the output as data (tvm-ffi's embed_cubin): the
     units' objects are merged (ld -r), then `command` adds each blob in turn
     (--input-obj, --output-obj, --cubin FILE, --name NAME), then the result is
@@ -27,7 +28,8 @@ class Embedding(NamedTuple):
     blobs: tuple[tuple[str, bytes], ...]  # (name, bytes), sorted by name
 
 
-class Job(NamedTuple):
+@named_tuple
+class Job:
     """One output built from a tree."""
 
     what: str  # "library add", for messages

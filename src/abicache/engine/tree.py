@@ -21,9 +21,10 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 from ..errors import AbicacheError
+from ..records import named_tuple
 from ..store.manifest import Dependency
 from . import roots
 
@@ -32,7 +33,8 @@ COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu")
 _INCLUDE_FLAGS = ("--include-path=", "-I", "-isystem", "-iquote", "-idirafter")
 
 
-class File(NamedTuple):
+@named_tuple
+class File:
     name: str  # location-free name: the key's, and the object's
     code: str
     path: str | None  # where it lives; None for inline code (written to scratch at build time)
@@ -42,7 +44,8 @@ class File(NamedTuple):
         return self.name.endswith(COMPILED)
 
 
-class Tree(NamedTuple):
+@named_tuple
+class Tree:
     files: tuple[File, ...]
     bases: Mapping[str, str]  # base name -> absolute folder
     flags: tuple[str, ...]  # include flags for the command line (real paths)

@@ -16,7 +16,9 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
+
+from ..records import named_tuple
+
 
 LAYOUT_VERSION = "v3"
 #: layouts of older versions, removed whole by gc (what they hold is never read)
@@ -39,7 +41,8 @@ def check_hex(value: str, what: str) -> str:
     return value
 
 
-class Layout(NamedTuple):
+@named_tuple
+class Layout:
     root: Path  # the user-facing root; everything lives under root/v1
 
     @property

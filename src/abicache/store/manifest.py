@@ -13,9 +13,10 @@ import itertools
 import json
 import operator
 import re
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from ..errors import ManifestError, RequirementSyntaxError
+from ..records import named_tuple
 from ..requirements import Requirements
 
 SCHEMA = 1
@@ -53,7 +54,8 @@ RESERVED_PREFIX = ".abicache-"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-class FileRecord(NamedTuple):
+@named_tuple
+class FileRecord:
     path: str  # relative, '/'-separated
     sha256: str
     size: int
@@ -64,7 +66,8 @@ class FileRecord(NamedTuple):
         return bool(self.mode & 0o111)
 
 
-class Dependency(NamedTuple):
+@named_tuple
+class Dependency:
     """A file the compiler read that the key does not cover (a project header):
     its path relative to a named base (the sources' folder, an include root)
     and its sha256 when the entry was built. Lookups resolve the base anew, so
@@ -75,7 +78,8 @@ class Dependency(NamedTuple):
     sha256: str
 
 
-class Absent(NamedTuple):
+@named_tuple
+class Absent:
     """Paths the tools looked for and did not find (a header that would have
     shadowed the one used, a __has_include probe, a library tried): each must
     still be missing for the entry to hold. They are grouped under the nearest
@@ -90,7 +94,8 @@ class Absent(NamedTuple):
         return self.names.split("\n")
 
 
-class System(NamedTuple):
+@named_tuple
+class System:
     """Files the build read in one system folder (deps.SYSTEM: where only package
     managers write, replacing files), recorded as one: the folder, the files'
     names, one sha256 over their names and contents. A lookup stats the folder
@@ -115,7 +120,8 @@ def system_digest(names: list[str], shas: list[str]) -> str:
 UNSET = "unset"
 
 
-class Manifest(NamedTuple):
+@named_tuple
+class Manifest:
     key: str
     variant: str
     kind: str
@@ -290,22 +296,38 @@ def _files(doc: Mapping[str, Any]) -> tuple[FileRecord, ...]:
         raise ManifestError(f"field 'files' must be an object of 1 to {MAX_FILES} files")
     records = []
     nested = False
+    safe = _SAFE_PATHS
     for path, meta in sorted(files.items()):
-        safe_relpath(path)
+        if path not in safe:
+            _remember_safe(safe_relpath(path))
         if type(meta) is not dict:
             raise ManifestError(f"file {path!r}: record must be an object")
         sha, size, mode = meta.get("sha256"), meta.get("size"), meta.get("mode")
-        if type(sha) is not str or not _SHA.match(sha):
+        if type(sha) is not str or len(sha) != 64 or sha.strip("0123456789abcdef"):
             raise ManifestError(f"file {path!r}: sha256 must be 64 lower-case hex digits")
         if type(size) is not int or size < 0:  # a bool is not a size
             raise ManifestError(f"file {path!r}: size must be a non-negative integer")
-        if mode not in (0o444, 0o555):
+        if mode != 0o444 and mode != 0o555:
             raise ManifestError(f"file {path!r}: mode must be 0o444 or 0o555, got {mode!r}")
-        records.append(FileRecord(path, sha, size, mode))
+        records.append(_new_record((path, sha, size, mode)))
         nested = nested or "/" in path
     if nested:  # only a path with a folder can lie below another file
         _no_file_below_file(records)
     return tuple(records)
+
+
+#: file names safe_relpath passed in this process: most entries of a project repeat them
+#: ("kernel.cubin", "lib/x.so"), and a lookup checks every one (bounded: a set, cleared when full)
+_SAFE_PATHS: set[str] = set()
+
+
+def _remember_safe(path: str) -> None:
+    if len(_SAFE_PATHS) >= 65536:
+        _SAFE_PATHS.clear()
+    _SAFE_PATHS.add(path)
+
+
+_new_record = functools.partial(tuple.__new__, FileRecord)
 
 
 _DEP_BASE = r"[a-z][a-z0-9_]{0,31}"
