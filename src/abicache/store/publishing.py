@@ -304,7 +304,6 @@ def _raise(exc: OSError) -> None:
     raise exc
 
 
-
 class _Deferred:
     """The small entries this process published before their files' times had settled,
     checked (store.check: hashed, stamped) at its next publish once due, and at its exit
