@@ -2,8 +2,9 @@
 
 1. Stores of 10^2 .. 10^5 small entries (every tenth key with three variants, one per GPU arch):
    a fresh-process hit (timed inside the process, import excluded), a repeated in-process hit,
-   `ls`, `gc` with nothing to do and evicting 10%, `verify`, `verify --full`, and the bytes on
-   disk per entry beyond the artifacts' own. A hit must not grow with the store (10^5 <= 1.2x
+   `ls` (beside its floor: a bare walk of the entry folders, a stat each), `gc` with nothing to
+   do and evicting 10%, `verify`, `verify --full`, and the bytes on disk per entry beyond the
+   artifacts' own. A hit must not grow with the store (10^5 <= 1.2x
    of 10^2); `ls` and `gc` linear at worst.
 2. Many kernels: a fresh process loads 1, 10, 100 and 1,000 distinct C libraries from the store
    (`cc.load_library`, found and dlopen'ed), against the floor: `ctypes.CDLL` of the same files
@@ -94,11 +95,31 @@ for n, path in enumerate(paths):
 print(json.dumps({{"ms": (time.perf_counter() - start) * 1e3}}))
 """
 
+# The floor of `ls --json`: a fresh interpreter that lists every entry folder and stats each one
+# (its last use), printing a line a folder; no manifest read, nothing checked.
+LS_FLOOR = """
+import json, os, sys
+entries = os.path.join({root!r}, "v3", "entries")
+out = []
+for kind in sorted(os.listdir(entries)):
+    for prefix in os.scandir(os.path.join(entries, kind)):
+        for entry in os.scandir(prefix.path):
+            if entry.is_dir(follow_symlinks=False):
+                out.append(json.dumps({{"kind": kind, "entry": entry.name, "used": entry.stat().st_mtime}}))
+sys.stdout.write("\\n".join(out))
+"""
+
 
 def cli(root: Path, *argv: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "abicache", *argv, "--root", str(root), "--json"], env=base_env(),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - start
+
+
+def floor(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], env=base_env(), stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - start
 
 
@@ -114,7 +135,11 @@ def bench_store(work: Path, count: int, runs: int) -> dict[str, float]:
     root = work / f"store-{count}"
     env = {"ABICACHE_PROGRESS": "0"}
     run_json(FILL.format(src=SRC, root=str(root), count=count, archs=ARCHS), env, timeout=7200)
-    keys = [n for n in range(0, count, max(1, count // 20))][:20]  # every tenth one has three variants
+    # 20 keys across the store, half with three variants (every tenth key) and half with one at
+    # every size: a hit of a key with three variants reads three manifests
+    step = max(1, count // 20)
+    keys = [i * step + (5 if i % 2 and (i * step) % 10 == 0 else 0) for i in range(20)]
+    keys = [n for n in keys if n < count]
     hits = [run_json(HIT.format(src=SRC, root=str(root), keys=keys, nkeys=len(keys)), env) for _ in range(runs)]
     variants = count + 2 * len(range(0, count, 10))
     res = {"entries": count, "variants": variants,
@@ -122,6 +147,7 @@ def bench_store(work: Path, count: int, runs: int) -> dict[str, float]:
            "repeat_hit_us": statistics.median(h["repeat_us"] for h in hits),
            "ls_first_s": cli(root, "ls")}  # reads every manifest, writes ls's memo
     res["ls_s"] = statistics.median(cli(root, "ls") for _ in range(3))  # reads the memo
+    res["ls_floor_s"] = statistics.median(floor(LS_FLOOR.format(root=str(root))) for _ in range(3))
     res["gc_s"] = cli(root, "gc", "--max-size", "1T")
     res["verify_s"] = cli(root, "verify")
     res["verify_full_s"] = cli(root, "verify", "--full")
@@ -180,11 +206,11 @@ def main() -> None:
 
 def report(stores: list[dict[str, float]], kernels: list[dict[str, float]]) -> None:
     print("stores (entries; every tenth key has three variants)")
-    print(f"{'entries':>8} {'fresh hit':>10} {'repeat hit':>11} {'ls first':>8} {'ls':>7} {'gc':>7} {'gc -10%':>8} "
+    print(f"{'entries':>8} {'fresh hit':>10} {'repeat hit':>11} {'ls first':>8} {'ls':>7} {'ls floor':>8} {'gc':>7} {'gc -10%':>8} "
           f"{'verify':>7} {'--full':>7} {'KiB/entry':>9}")
     for s in stores:
         print(f"{s['entries']:>8} {s['fresh_hit_ms']:>8.3f}ms {s['repeat_hit_us']:>9.2f}us "
-              f"{s.get('ls_first_s', s['ls_s']):>7.2f}s {s['ls_s']:>6.2f}s "
+              f"{s.get('ls_first_s', s['ls_s']):>7.2f}s {s['ls_s']:>6.2f}s {s.get('ls_floor_s', float('nan')):>7.2f}s "
               f"{s['gc_s']:>6.2f}s {s['gc_evict10_s']:>7.2f}s {s['verify_s']:>6.2f}s {s['verify_full_s']:>6.2f}s "
               f"{s['bytes_per_entry'] / 1024:>9.1f}")
     if len(stores) > 1:

@@ -467,3 +467,21 @@ def test_every_command_has_a_description_and_an_example() -> None:
     lacking = [name for name, command in sub.choices.items()
                if not command.description or "example" not in (command.epilog or "")]
     assert lacking == []
+
+
+def test_a_command_alone_parses_as_among_all() -> None:
+    """main() makes only the parser of the command it runs: COMMANDS names every command,
+    and each one's parser made alone is the one made among all (its help, its arguments)."""
+    import argparse
+
+    from abicache.cli.main import COMMANDS, build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    every = commands(build_parser())
+    assert tuple(every) == COMMANDS
+    for name in COMMANDS:
+        alone = commands(build_parser(name))
+        assert list(alone) == [name]
+        assert alone[name].format_help() == every[name].format_help()

@@ -122,7 +122,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows.sort(key=attrgetter("kind", "name"))
     if args.json:
         if len(rows) > render.PLAIN_ROWS:  # as emit_json writes a long list: a line per item
-            lines = ",\n  ".join(r.json_line() for r in rows)
+            lists: dict[tuple[str, ...], str] = {}
+            lines = ",\n  ".join(r.json_line(lists) for r in rows)
             sys.stdout.write(f"[\n  {lines}\n]\n")
         else:
             render.emit_json([r.summary() for r in rows])

@@ -27,7 +27,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with `only`, of that command alone (the others' parsers
+    are not made: argparse looks up a translation of every help text, and the parsers of
+    every command cost 15 ms of each run)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--root", type=Path, help="store root (default: ABICACHE_DIR or user cache dir)")
@@ -35,28 +38,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"abicache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    add: Any = sub if only is None else _Only(sub, only)
 
-    sub.add_parser("env", parents=[common], help="facts about this environment and settings")
-    p = sub.add_parser("ls", parents=[common], help="list cache entries",
+    add.add_parser("env", parents=[common], help="facts about this environment and settings")
+    p = add.add_parser("ls", parents=[common], help="list cache entries",
                        description="The entries of the store, newest first within each name: kind, name, key "
                                    "(a prefix 'abicache show' takes), size, last use and requirements.",
                        epilog="example: abicache ls --kind cc.library")
     p.add_argument("--kind", help="only entries of this kind (e.g. cc.library)")
     p.add_argument("--all", "-a", action="store_true",
                    help="also the entries the build engine keeps for itself (cc.object, torch.pch)")
-    p = sub.add_parser("show", parents=[common], help="show the manifest of an entry")
+    p = add.add_parser("show", parents=[common], help="show the manifest of an entry")
     p.add_argument("key", help="a key or a unique prefix of one, or a name (its newest entry; see 'abicache ls')")
-    p = sub.add_parser("explain", parents=[common], help="why entries of NAME hit or miss, or why the last misses missed",
+    p = add.add_parser("explain", parents=[common], help="why entries of NAME hit or miss, or why the last misses missed",
                        epilog="examples: abicache explain mylib --kind cc.library; abicache explain --last 3")
     p.add_argument("name", nargs="?")
     p.add_argument("--kind", help="artifact kind (default: every kind with this name)")
     p.add_argument("--last", type=_positive, nargs="?", const=5, metavar="N",
                    help="the last N misses of any process (default 5), against the entries there were then")
-    p = sub.add_parser("gc", parents=[common], help="evict entries by size and age")
+    p = add.add_parser("gc", parents=[common], help="evict entries by size and age")
     p.add_argument("--max-size", type=commands.parse_size, help="e.g. 10G, 500M, 0")
     p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed")
-    p = sub.add_parser("check", parents=[common],
+    p = add.add_parser("check", parents=[common],
                        help="build entries again from scratch and compare: a stale key or a non-reproducible build",
                        description="Build entries again from scratch, in a scratch store, with the call that made "
                                    "them, and compare the bytes: 'same', 'stale key' (a fresh build read an input "
@@ -66,9 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("keys", nargs="*", metavar="KEY", help="keys or key prefixes (default: every entry with a recipe)")
     p.add_argument("--sample", type=_positive, metavar="N", help="check N entries chosen at random")
     p.add_argument("--log", action="store_true", help="also append the verdicts to the store's log/check.jsonl")
-    p = sub.add_parser("verify", parents=[common], help="check entries; quarantine damage")
+    p = add.add_parser("verify", parents=[common], help="check entries; quarantine damage")
     p.add_argument("--full", action="store_true", help="re-hash every file and blob")
-    p = sub.add_parser("stats", parents=[common], help="hits, misses, time saved; size, entries, sharing",
+    p = add.add_parser("stats", parents=[common], help="hits, misses, time saved; size, entries, sharing",
                        description="Hits, misses, builds, errors and the build time hits saved, counted by every "
                                    "process that used this store (since --zero), and what the store holds.",
                        epilog="example: abicache stats --json | jq .counts.hit_rate")
@@ -76,14 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     assume = argparse.ArgumentParser(add_help=False)
     assume.add_argument("--assume", action="append", metavar="FACT=VALUE",
                         help="judge for another environment, e.g. gpu.arch=sm_80 (repeatable)")
-    p = sub.add_parser("audit", parents=[common, assume], help="what binaries need, with evidence")
+    p = add.add_parser("audit", parents=[common, assume], help="what binaries need, with evidence")
     p.add_argument("files", nargs="+", metavar="FILE")
-    p = sub.add_parser("doctor", parents=[common, assume],
+    p = add.add_parser("doctor", parents=[common, assume],
                        help="find binaries in existing JIT caches that cannot load here")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
-    sub.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
-    p = sub.add_parser("bundle", parents=[common],
+    add.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
+    p = add.add_parser("bundle", parents=[common],
                        help="copy every variant of the named entries into a read-only store folder or a wheel "
                             "that registers it (ship prebuilt kernels)",
                        epilog="examples: abicache bundle --out dist/store mylib; "
@@ -105,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write nothing: say which variant would load in each --env (default: here), or what is missing")
     p.add_argument("--env", action="append", default=[], metavar="FACT=VALUE,...",
                    help="a target environment for --check: facts that differ from this machine's; repeatable")
-    p = sub.add_parser("stub", parents=[common], help="generate a lazy-loading CUDA stub library")
+    p = add.add_parser("stub", parents=[common], help="generate a lazy-loading CUDA stub library")
     p.add_argument("library", choices=["cudart", "nvrtc", "cuda"])
     p.add_argument("--functions", required=True, help="comma-separated API functions")
     p.add_argument("--out", required=True, type=Path, help="folder for the .c, .map and .so")
@@ -114,9 +118,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--guard", action="store_true",
                    help="allow functions whose signature differs: call them only on matching majors")
     p.add_argument("--soname", help="the stub's soname (default libabicache_<library>_stub.so)")
-    _remote_commands(sub, common)
+    _remote_commands(add, common)
     _describe(sub)
     return parser
+
+
+#: every command, as build_parser adds them (tests/test_cli.py compares): main() makes the
+#: parser of the one it runs
+COMMANDS = ("env", "ls", "show", "explain", "gc", "check", "verify", "stats", "audit", "doctor", "demo",
+            "bundle", "stub", "push", "pull", "remote", "config", "keys")
+
+
+class _Only:
+    """add_subparsers' action, making only one command's parser; the others are _Unmade."""
+
+    def __init__(self, sub: Any, only: str) -> None:
+        self.sub, self.only = sub, only
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        return self.sub.add_parser(name, **kwargs) if name == self.only else _Unmade()
+
+
+class _Unmade:
+    """A command's parser that is not made: whatever is added to it is dropped."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
 
 
 #: an example for each command's --help (ls, stats, check and config carry their own)
@@ -192,7 +219,8 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     module = (audit_cmds if args.command in ("audit", "doctor", "stub")
               else remote_cmds if args.command in ("push", "pull", "remote", "keys")
               else config_cmds if args.command == "config" else commands)
