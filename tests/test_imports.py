@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "abicache"
 
 #: bottom first; each name is a top-level module or a subpackage of abicache
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "versions", "archs", "config", "settings_file", "progress", "elftables", "libload", "hip"},
+    {"_version", "errors", "versions", "archs", "config", "settings_file", "progress", "elftables", "libload", "hip",
+     "records"},
     {"requirements"},
     {"env"},
     {"key", "audit"},
