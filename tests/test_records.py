@@ -37,6 +37,47 @@ def test_a_record_is_a_named_tuple_with_its_methods_defaults_and_docstring() -> 
     assert again == p and type(again) is Point
     with pytest.raises(AttributeError):
         p.z = 1  # type: ignore[attr-defined]  # no __dict__: as small as a tuple
+    assert Point.__match_args__ == Point._fields and Point._field_defaults == {"y": 0, "label": "p"}
+    with pytest.raises(ValueError, match="unexpected field names"):
+        p._replace(z=1)
+    with pytest.raises(TypeError, match="Expected 3 arguments"):
+        Point._make([1])
+
+
+def test_each_class_has_its_own_signature_though_they_share_new_s_code() -> None:
+    """__new__ is compiled once per number of fields and renamed: two classes of three
+    fields take their own keywords, refuse the other's, and say so as namedtuple's do."""
+    import inspect
+
+    @named_tuple
+    class Other:
+        a: int
+        b: int
+        c: int = 9
+
+    @named_tuple
+    class Empty:
+        pass
+
+    @named_tuple
+    class One:
+        v: str
+
+    assert str(inspect.signature(Point)) == "(x, y=0, label='p')" and str(inspect.signature(Other)) == "(a, b, c=9)"
+    assert Other(b=2, a=1) == (1, 2, 9) and Point(label="q", x=1) == (1, 0, "q")
+    assert Empty() == () and One("s") == ("s",) and One(v="t").v == "t"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x'"):
+        Other(x=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
+        Point()  # type: ignore[call-arg]
+    match Other(1, 2):
+        case Other(first, second, third):
+            assert (first, second, third) == (1, 2, 9)
+    with pytest.raises(TypeError, match="must be distinct and not start with '_'"):
+
+        @named_tuple
+        class Private:
+            _hidden: int
 
 
 def test_annotations_are_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
