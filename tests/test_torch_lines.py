@@ -201,3 +201,49 @@ def test_torch_cuda_arch_list_changed_in_one_process_is_another_key(tmp_path: Pa
     assert first.inputs != second.inputs  # the key
     assert memo_first != abitorch._steering()  # and load()'s in-process memo
     assert any("sm_90" in f for f in second.job.cuda.flags)
+
+
+def test_flags_split_as_the_shell_splits_them() -> None:
+    """lenient() splits each flag as shlex does (the shell that runs ninja's lines), and
+    finds the words of a flag without quotes or backslashes without shlex: the same words
+    for random flags of blanks, shell and non-ASCII spaces, quotes, backslashes and '#'."""
+    import random
+
+    from abicache.engine.jitargs import lenient
+
+    rng, alphabet, compared = random.Random(31), " \t\r\n\x0b\x0c\xa0\u2003aO2-=#\"'\\", 0
+    for _ in range(20000):
+        flag = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10)))
+        try:
+            want = tuple(shlex.split(flag))
+        except ValueError:  # an unbalanced quote: shlex refuses it, and so does lenient
+            with pytest.raises(ValueError):
+                lenient([flag])
+            continue
+        assert lenient([flag]) == want, repr(flag)
+        compared += 1
+    assert compared > 10000 and lenient(["-O2\n", " -g ", "-O2 -g"]) == ("-O2", "-g", "-O2", "-g")
+
+
+def test_cudart_is_linked_from_the_first_folder_that_has_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-lcudart names the runtime of the first folder of the search order that holds one:
+    by -lcudart where it has the unversioned name (a real file), else by its highest soname
+    as text sorts them (the CUDA wheels ship no libcudart.so)."""
+    from abicache.engine.jitargs import cudart_link
+    from abicache.env import cuda_probe
+
+    empty, wheel, toolkit = (tmp_path / n for n in ("empty", "wheel", "toolkit"))
+    for folder in (empty, wheel, toolkit):
+        folder.mkdir()
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.13.0.48", "libcudart.so.x1"):
+        (wheel / name).write_bytes(b"")
+    (toolkit / "libcudart.so.13").write_bytes(b"")
+    (toolkit / "libcudart.so").symlink_to("libcudart.so.13")
+    (empty / "libcudart.so").symlink_to("nowhere")  # dangling: not a runtime
+    monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [tmp_path / "absent", empty, wheel, toolkit])
+    assert cudart_link(["-lcudart", "-lm"]) == [f"-L{wheel}", "-l:libcudart.so.13", "-lm"]
+    monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [empty, toolkit, wheel])
+    assert cudart_link(["-lcudart"]) == [f"-L{toolkit}", "-lcudart"]
+    assert cudart_link(["-lm"]) == ["-lm"]
+    monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [empty])
+    assert cudart_link(["-lcudart"]) == ["-lcudart"]

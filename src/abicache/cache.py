@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from . import config, fallback, key as keys
+from . import config, key as keys
 from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
 from .counting import Counting
 from .env import Facts
@@ -119,12 +119,18 @@ class Cache(Finding, SingleFlight, Making, Counting):
         found = (self._find(kind, key, verify, bases) or self._find_asked(kind, name, described, verify, bases)
                  or self._from_tiers(kind, name, key, described, bases)
                  or self._fetch(kind, key, bases, None, name, described))
-        other = self._fallback(fallback.unwritable(self.store.root)) if found is None else None
-        return found if other is None else other.lookup(kind, name, inputs, verify=verify, bases=bases)
+        if found is not None:
+            return found
+        from . import fallback  # a miss's, as every use of it
+
+        other = self._fallback(fallback.unwritable(self.store.root))
+        return None if other is None else other.lookup(kind, name, inputs, verify=verify, bases=bases)
 
     def _fallback(self, error: int | None) -> Cache | None:
         """The store a miss builds into where this one cannot be written (fallback.py):
         None for other errors (a full disk), or where this cache is a fallback itself."""
+        from . import fallback
+
         if error not in fallback.READ_ONLY or self._fallback_of is not None:
             return None
         if self._fallen is None:

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import asked, config, tiers
+from . import config
 from .artifact import Artifact, artifact_of
 from .counting import INTERNAL_KINDS
 from .errors import AbicacheWarning, ManifestError
@@ -72,6 +72,8 @@ class Finding:
     def _find_asked(self, kind: str, name: str, described: Mapping[str, Any], verify: str,
                     bases: Mapping[str, str]) -> Artifact | None:
         """Where a tool of the key is absent here, the entry of what was asked for (asked.py)."""
+        from . import asked  # a miss's: a hit imports neither asked nor tiers
+
         if not asked.tools_absent(described):
             return None
         want = asked.asked(described)
@@ -84,6 +86,8 @@ class Finding:
         none where ABICACHE_BUILD=always."""
         if config.build_mode() == "always":
             return None
+        from . import tiers
+
         for tier in tiers.tiers():
             got = tier.find(kind, name, key, described, self.usable, bases, self.facts, self.store)
             if got is not None:
@@ -131,7 +135,7 @@ class Finding:
         shipped through), else the entry of what was asked for, as a read-only store's (tiers.py)."""
         if self.remote is None or self.remote.down or config.build_mode() == "always":
             return None
-        from . import replicate
+        from . import asked, replicate, tiers
 
         def current(manifest: Manifest) -> bool:
             return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,

@@ -37,7 +37,6 @@ from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError, UsageError
 from .key import Inputs
-from . import torch_compile as compile_cache  # noqa: F401  abicache.torch.compile_cache
 from .patching import Patch
 from . import torch_lines
 from .engine import steer
@@ -446,26 +445,37 @@ def _load(art: Artifact, *, python_module: bool) -> Any:
     return str(path)
 
 
-#: STABLE_TORCH_LIBRARY namespace -> the file loaded for it in this process
-_stable_namespaces: dict[str, str] = {}
+#: the stable op libraries loaded in this process: path -> extension name
+_stable_loaded: dict[str, str] = {}
+_stable_namespaces: dict[str, frozenset[str]] = {}  # path -> the namespaces it defines, once read
 _STABLE_LIBRARY = re.compile(rb"STABLE_TORCH_LIBRARY_static_init_(\w+)\x00")  # in .symtab
 
 
 def _one_build_per_op_library(art: Artifact) -> None:
     """torch crashes (SIGSEGV in torch.ops.load_library) when a second build of
     one STABLE_TORCH_LIBRARY namespace is loaded into a process that has the
-    first: refuse it with the reason instead."""
+    first: refuse it with the reason instead. A library's namespaces are read
+    (the whole file) only once a second library comes: the first of a process,
+    the common case, is loaded without reading it."""
     path = str(art.file())
-    # the namespaces it defines; a stripped library is known by its extension name
-    found = {n.decode() for n in _STABLE_LIBRARY.findall(art.file().read_bytes())} or {f"({art.name})"}
-    for ns in found:
-        loaded = _stable_namespaces.get(ns)
-        if loaded is not None and loaded != path:
-            raise UsageError(f"the stable op library {ns!r} is already loaded in this process from {loaded}; "
-                             f"torch cannot load a second build of it ({path}) without crashing. Start a new "
-                             "process to use the new build, or give the new code another library name")
-    for ns in found:
-        _stable_namespaces[ns] = path
+    if path not in _stable_loaded and _stable_loaded:
+        found = _namespaces_of(path, art.name)
+        for loaded, name in _stable_loaded.items():
+            for ns in sorted(found & _namespaces_of(loaded, name)):
+                raise UsageError(f"the stable op library {ns!r} is already loaded in this process from {loaded}; "
+                                 f"torch cannot load a second build of it ({path}) without crashing. Start a new "
+                                 "process to use the new build, or give the new code another library name")
+    _stable_loaded[path] = art.name
+
+
+def _namespaces_of(path: str, name: str) -> frozenset[str]:
+    """The namespaces a stable op library defines; a stripped one is known by its extension name."""
+    found = _stable_namespaces.get(path)
+    if found is None:
+        with open(path, "rb") as f:
+            found = frozenset(n.decode() for n in _STABLE_LIBRARY.findall(f.read())) or frozenset({f"({name})"})
+        _stable_namespaces[path] = found
+    return found
 
 
 _patch = Patch("torch.utils.cpp_extension", load=load, load_inline=load_inline)
@@ -481,6 +491,17 @@ def install() -> None:
 def uninstall() -> None:
     """Give torch.utils.cpp_extension its own load and load_inline back."""
     _patch.uninstall()
+
+
+def __getattr__(name: str) -> Any:
+    """abicache.torch.compile_cache (torch_compile.py), imported on its first use: an
+    extension's hit does not load torch.compile's cache."""
+    if name == "compile_cache":
+        from . import torch_compile
+
+        globals()[name] = torch_compile
+        return torch_compile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["build_inline", "install", "lenient", "load", "load_inline", "plan", "target_macro", "uninstall"]

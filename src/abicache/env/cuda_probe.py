@@ -22,9 +22,9 @@ import os
 import re
 from pathlib import Path
 
+from .probes import CUDA_FACTS  # noqa: F401  (what probe() answers)
 from .sonames import highest_major, loaded_major
 
-CUDA_FACTS = ("cuda.runtime", "cuda.driver", "gpu.arch")
 _CUDART = re.compile(r"libcudart\.so\.(\d+)")
 _SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
                 "/usr/local/lib")

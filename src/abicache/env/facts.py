@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from . import cuda_probe, probes
+from . import probes
 
 #: fact name -> the probe group that produces it (one probe call fills a group).
 _GROUPS: dict[str, Callable[[Facts], Mapping[str, str | None]]] = {}
@@ -26,8 +26,14 @@ _register(probes.TORCH_FACTS, lambda f: probes.torch())
 _register(probes.TRITON_FACTS, lambda f: probes.triton())
 _register(probes.TVM_FFI_FACTS, lambda f: probes.tvm_ffi())
 _register(("cuda.nvcc",), lambda f: {"cuda.nvcc": probes.nvcc(f.memo_dir)})
-_register(cuda_probe.CUDA_FACTS, lambda f: cuda_probe.probe(f.memo_dir))
+_register(probes.CUDA_FACTS, lambda f: _cuda(f.memo_dir))
 _register(("hip.runtime",), lambda f: _hip())
+
+
+def _cuda(memo_dir: Path | None) -> Mapping[str, str | None]:
+    from . import cuda_probe  # only when a requirement or a key names a CUDA fact
+
+    return cuda_probe.probe(memo_dir)
 
 
 def _hip() -> Mapping[str, str | None]:

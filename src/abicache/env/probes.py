@@ -28,6 +28,7 @@ TORCH_FACTS = (
 )
 TRITON_FACTS = ("triton.version",)
 TVM_FFI_FACTS = ("tvm_ffi.version",)
+CUDA_FACTS = ("cuda.runtime", "cuda.driver", "gpu.arch")  # cuda_probe.py, imported when one is asked
 
 
 def python() -> dict[str, str | None]:
