@@ -36,8 +36,14 @@ HIT = textwrap.dedent("""
     from abicache import Cache, cc
     lib = cc.load_library("hitlib", [SRC], cache=Cache(ROOT))
     print(json.dumps({"value": lib.answer(), "spawned": spawned,
-                      "heavy": [m for m in ("torch", "triton", "filelock", "elftools", "rich") if m in sys.modules]}))
+                      "heavy": [m for m in HEAVY if m in sys.modules]}))
 """)
+
+
+#: nor what only a miss uses: the other stores and tiers, the fallback store, the CUDA probe
+#: (the entry asks no CUDA fact), the build's tools
+HIT_HEAVY = ("torch", "triton", "filelock", "elftools", "rich", "shlex", "abicache.asked", "abicache.tiers",
+             "abicache.fallback", "abicache.env.cuda_probe", "abicache.store.lock", "abicache.audit")
 
 
 def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path) -> None:
@@ -45,9 +51,26 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
     src = 'extern "C" int answer() { return 7; }'
     root = tmp_path / "store"
     cc.build_library("hitlib", [src], cache=Cache(root))  # also fills the compiler-identity memo
-    out = run_py(HIT.replace("SRC", repr(src)).replace("ROOT", repr(str(root))))
+    out = run_py(HIT.replace("SRC", repr(src)).replace("ROOT", repr(str(root))).replace("HEAVY", repr(HIT_HEAVY)))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"value": 7, "spawned": [], "heavy": []}
+
+
+def test_the_torch_frontend_imports_nothing_only_a_miss_uses() -> None:
+    """abicache.torch, imported by every fresh process that loads an extension, leaves
+    torch.compile's cache and the miss-only modules to their first use."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    code = (f"import sys, json, torch; before = set(sys.modules); import abicache.torch as at; "
+            f"print(json.dumps([m for m in {HIT_HEAVY + ('abicache.torch_compile',)!r} "
+            f"if m in sys.modules and m not in before]), at.compile_cache.__name__)")
+    out = run_py(code, env={"ABICACHE_DIR": "/nonexistent"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "abicache.torch_compile"]
 
 
 def test_a_hit_writes_nothing_within_the_touch_interval(tmp_path: Path) -> None:
