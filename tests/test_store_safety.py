@@ -508,6 +508,34 @@ def test_undecodable_file_names_from_a_builder_are_refused(cache: Cache) -> None
         cache.get_or_build("t", "x", INPUTS, build)
 
 
+def test_file_names_a_manifest_may_list_are_the_same_whichever_way_they_are_checked() -> None:
+    """safe_relpath's fast path for plain names (no pattern) and its long way agree with the
+    rule, for 60,000 random names of separators, dots, drive colons, backslashes, blanks,
+    non-ASCII letters and control characters: relative, inside the folder, no empty, '.' or
+    '..' part, no part named like abicache's own files, printable."""
+    import random
+
+    from abicache.errors import ManifestError
+    from abicache.store.manifest import RESERVED, RESERVED_PREFIX, safe_relpath
+
+    def allowed(name: str) -> bool:
+        parts = name.split("/")
+        drive = name[1:2] == ":" and name[:1].isascii() and name[:1].isalpha()  # C:...
+        return (bool(name) and not name.startswith("/") and "\\" not in name and not drive
+                and all(p not in ("", ".", "..") and not p.startswith(RESERVED_PREFIX) for p in parts)
+                and name not in RESERVED and not any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in name))
+
+    rng, alphabet = random.Random(7), ["a", "Z", "0", "-", "+", "_", ".", "/", ":", "\\", " ", "é", "\n", "\x85",
+                                       ".abicache-", "manifest.json"]
+    for _ in range(60000):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7)))
+        try:
+            kept = safe_relpath(name) == name
+        except ManifestError:
+            kept = False
+        assert kept == allowed(name), repr(name)
+
+
 def test_a_fresh_entry_is_stamped_at_publish_but_not_an_unhashed_blob(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first hit need not hash what publish just hashed; a file that became
     a link to a blob already in the store (not hashed by this publish) is not

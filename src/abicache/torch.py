@@ -448,7 +448,7 @@ def _load(art: Artifact, *, python_module: bool) -> Any:
 #: the stable op libraries loaded in this process: path -> extension name
 _stable_loaded: dict[str, str] = {}
 _stable_namespaces: dict[str, frozenset[str]] = {}  # path -> the namespaces it defines, once read
-_STABLE_LIBRARY = re.compile(rb"STABLE_TORCH_LIBRARY_static_init_(\w+)\x00")  # in .symtab
+_STABLE_LIBRARY = rb"STABLE_TORCH_LIBRARY_static_init_(\w+)\x00"  # in .symtab (compiled by re once used)
 
 
 def _one_build_per_op_library(art: Artifact) -> None:
@@ -473,7 +473,7 @@ def _namespaces_of(path: str, name: str) -> frozenset[str]:
     found = _stable_namespaces.get(path)
     if found is None:
         with open(path, "rb") as f:
-            found = frozenset(n.decode() for n in _STABLE_LIBRARY.findall(f.read())) or frozenset({f"({name})"})
+            found = frozenset(n.decode() for n in re.findall(_STABLE_LIBRARY, f.read())) or frozenset({f"({name})"})
         _stable_namespaces[path] = found
     return found
 
