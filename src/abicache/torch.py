@@ -469,12 +469,16 @@ def _one_build_per_op_library(art: Artifact) -> None:
 
 
 def _namespaces_of(path: str, name: str) -> frozenset[str]:
-    """The namespaces a stable op library defines; a stripped one is known by its extension name."""
+    """The namespaces a stable op library defines; a stripped one, or one whose entry was
+    evicted since this process loaded it, is known by its extension name."""
     found = _stable_namespaces.get(path)
     if found is None:
-        with open(path, "rb") as f:
-            found = frozenset(n.decode() for n in re.findall(_STABLE_LIBRARY, f.read())) or frozenset({f"({name})"})
-        _stable_namespaces[path] = found
+        try:
+            with open(path, "rb") as f:
+                found = frozenset(n.decode() for n in re.findall(_STABLE_LIBRARY, f.read()))
+        except OSError:
+            found = frozenset()
+        found = _stable_namespaces[path] = found or frozenset({f"({name})"})
     return found
 
 
