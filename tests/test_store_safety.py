@@ -629,6 +629,35 @@ def test_a_small_entry_changed_before_its_deferred_stamp_is_not_vouched_for(root
     assert not again.hit and again.file().read_bytes() == b"A" * 64
 
 
+FORKED = textwrap.dedent("""
+    import os, sys
+    from abicache import Cache
+    from abicache.store import publishing
+    def build(out):
+        (out / "lib.so").write_bytes(b"F" * 64)
+    Cache(sys.argv[1]).get_or_build("t", "forked", {"sources": {"s": "f"}}, build)
+    pending = len(publishing._deferred._entries)
+    with publishing._deferred._lock:  # held at the fork
+        pid = os.fork()
+        if pid == 0:
+            ok = publishing._deferred._entries == [] and publishing._deferred._lock.acquire(timeout=1)
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    kept = len(publishing._deferred._entries)
+    publishing._deferred.flush(wait=True)
+    print(pending, os.waitstatus_to_exitcode(status), kept, len(publishing._deferred._entries))
+""")
+
+
+def test_a_forked_child_does_not_check_its_parent_s_deferred_entries(root: Path) -> None:
+    """A child forked while the parent holds entries to check starts with none, and with the
+    list's lock free though the parent held it at the fork; the parent still checks its own."""
+    done = subprocess.run([sys.executable, "-c", FORKED, str(root)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "0", "1", "0"], done.stdout
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (mounting needs root: skipped with the reason otherwise)."""

@@ -308,12 +308,19 @@ class _Deferred:
     """The small entries this process published before their files' times had settled,
     checked (store.check: hashed, stamped) at its next publish once due, and at its exit
     (waiting at most FINE_SECONDS, once). One killed before leaves them to their first
-    hits, as before; one whose check finds a problem leaves it to the first hit too."""
+    hits, as before; one whose check finds a problem leaves it to the first hit too. A
+    forked child starts with none: they are its parent's to check (and a lock the parent
+    held at the fork would never be released in the child)."""
 
     def __init__(self) -> None:
         self._entries: list[tuple[Any, Path, Manifest, int]] = []  # (store, entry, manifest, due ns)
         self._lock = threading.Lock()
         self._hooked = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._entries, self._lock = [], threading.Lock()
 
     def add(self, store: Any, vdir: Path, manifest: Manifest, due_ns: int) -> None:
         with self._lock:
