@@ -203,13 +203,15 @@ def test_torch_cuda_arch_list_changed_in_one_process_is_another_key(tmp_path: Pa
     assert any("sm_90" in f for f in second.job.cuda.flags)
 
 
-def test_flags_split_as_the_shell_splits_them() -> None:
+def test_flags_split_as_the_shell_splits_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """lenient() splits each flag as shlex does (the shell that runs ninja's lines), and
     finds the words of a flag without quotes or backslashes without shlex: the same words
-    for random flags of blanks, shell and non-ASCII spaces, quotes, backslashes and '#'."""
+    for random flags of blanks, shell and non-ASCII spaces, quotes, backslashes and '#';
+    $CXX's words (env/toolid.py) are split the same way."""
     import random
 
     from abicache.engine.jitargs import lenient
+    from abicache.env.toolid import command
 
     rng, alphabet, compared = random.Random(31), " \t\r\n\x0b\x0c\xa0\u2003aO2-=#\"'\\", 0
     for _ in range(20000):
@@ -221,6 +223,9 @@ def test_flags_split_as_the_shell_splits_them() -> None:
                 lenient([flag])
             continue
         assert lenient([flag]) == want, repr(flag)
+        if compared % 50 == 0 and "\0" not in flag:
+            monkeypatch.setenv("ABICACHE_TEST_CXX", flag)
+            assert command("ABICACHE_TEST_CXX", "c++") == (want or ("c++",)), repr(flag)
         compared += 1
     assert compared > 10000 and lenient(["-O2\n", " -g ", "-O2 -g"]) == ("-O2", "-g", "-O2", "-g")
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from ..env.toolid import shell_words
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,20 +26,7 @@ def listed(value: Any) -> list[Any]:
 def lenient(flags: Any) -> tuple[str, ...]:
     """Flags as cpp_extension takes them: each stripped, and split as the shell
     that runs ninja's command splits it ("-O2\\n", " -g ", "-O2 -g")."""
-    return tuple(word for flag in listed(flags) for word in _shell_words(str(flag)))
-
-
-_BLANKS = str.maketrans("\t\r\n", "   ")  # shlex's whitespace, as spaces
-
-
-def _shell_words(text: str) -> list[str]:
-    """shlex.split(text); without quotes or backslashes (the common case) its words are
-    the runs between shlex's whitespace, found without importing shlex (0.3 ms a process)."""
-    if any(c in text for c in "'\"\\"):
-        import shlex
-
-        return shlex.split(text)
-    return [word for word in text.translate(_BLANKS).split(" ") if word]
+    return tuple(word for flag in listed(flags) for word in shell_words(str(flag)))
 
 
 #: TORCH_CUDA_ARCH_LIST's names for architectures, as cpp_extension reads them

@@ -22,16 +22,25 @@ WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache", "col
 
 def command(variable: str, default: str) -> tuple[str, ...]:
     """$CC or $CXX as words (as make and the shell split them), or the default."""
-    text = os.environ.get(variable, "").strip()
-    if not any(c in text for c in "'\"\\"):
-        return tuple(text.split()) or (default,)  # the common case, without importing shlex (0.3 ms)
-    import shlex
-
+    text = os.environ.get(variable, "")
     try:
-        words = tuple(shlex.split(text))
+        words = tuple(shell_words(text))
     except ValueError:  # an unbalanced quote: as the words the shell would refuse, keep them whole
         words = tuple(text.split())
     return words or (default,)
+
+
+_BLANKS = str.maketrans("\t\r\n", "   ")  # shlex's whitespace, as spaces
+
+
+def shell_words(text: str) -> list[str]:
+    """shlex.split(text); without quotes or backslashes (the common case) its words are
+    the runs between shlex's whitespace, found without importing shlex (0.3 ms a process)."""
+    if any(c in text for c in "'\"\\"):
+        import shlex
+
+        return shlex.split(text)
+    return [word for word in text.translate(_BLANKS).split(" ") if word]
 
 
 def compiler_at(words: Sequence[str]) -> int:
