@@ -24,8 +24,18 @@ def test_import_abicache_pulls_in_nothing_heavy() -> None:
     assert json.loads(out.stdout) == []
 
 
+# Counts the patterns compiled (re's own cache aside): a fresh process's hit compiles none.
+COUNT_PATTERNS = textwrap.dedent("""
+    import re
+    compiled = []
+    _engine = getattr(re, "_compiler", None) or __import__("sre_compile")  # 3.10: sre_compile
+    _compile = _engine.compile
+    _engine.compile = lambda p, flags=0: compiled.append(str(getattr(p, "pattern", p))[:60]) or _compile(p, flags)
+""")
+
 HIT = textwrap.dedent("""
     import json, os, subprocess, sys
+""") + COUNT_PATTERNS + textwrap.dedent("""
     import abicache
     spawned = []
     def refuse(*a, **k):
@@ -36,7 +46,7 @@ HIT = textwrap.dedent("""
     from abicache import Cache, cc
     lib = cc.load_library("hitlib", [SRC], cache=Cache(ROOT))
     print(json.dumps({"value": lib.answer(), "spawned": spawned,
-                      "heavy": [m for m in HEAVY if m in sys.modules]}))
+                      "heavy": [m for m in HEAVY if m in sys.modules], "compiled": compiled}))
 """)
 
 
@@ -53,7 +63,7 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
     cc.build_library("hitlib", [src], cache=Cache(root))  # also fills the compiler-identity memo
     out = run_py(HIT.replace("SRC", repr(src)).replace("ROOT", repr(str(root))).replace("HEAVY", repr(HIT_HEAVY)))
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"value": 7, "spawned": [], "heavy": []}
+    assert json.loads(out.stdout) == {"value": 7, "spawned": [], "heavy": [], "compiled": []}
 
 
 def test_the_torch_frontend_imports_nothing_only_a_miss_uses() -> None:
@@ -65,12 +75,13 @@ def test_the_torch_frontend_imports_nothing_only_a_miss_uses() -> None:
 
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
-    code = (f"import sys, json, torch; before = set(sys.modules); import abicache.torch as at; "
-            f"print(json.dumps([m for m in {HIT_HEAVY + ('abicache.torch_compile',)!r} "
-            f"if m in sys.modules and m not in before]), at.compile_cache.__name__)")
+    code = COUNT_PATTERNS + (
+        f"import sys, json, torch; before = set(sys.modules); compiled.clear(); import abicache.torch as at; "
+        f"print(json.dumps([m for m in {HIT_HEAVY + ('abicache.torch_compile',)!r} "
+        f"if m in sys.modules and m not in before]), json.dumps(compiled), at.compile_cache.__name__)")
     out = run_py(code, env={"ABICACHE_DIR": "/nonexistent"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[]", "abicache.torch_compile"]
+    assert out.stdout.split() == ["[]", "[]", "abicache.torch_compile"]  # no module, no pattern compiled
 
 
 def test_a_hit_writes_nothing_within_the_touch_interval(tmp_path: Path) -> None:

@@ -142,3 +142,52 @@ def test_bad_requirements_get_clear_errors(text: str, fragment: str) -> None:
 def test_unknown_operator_is_named() -> None:
     with pytest.raises(RequirementSyntaxError, match="unknown operator"):
         Requirement("a", "!=", "1")
+
+
+# The hit path reads names, values, lines and versions without compiling a pattern; the rules
+# stay the patterns', checked here on random text of the characters that matter.
+_ALPHABET = ["a", "z", "A", "0", "9", "_", ".", "-", "+", ":", "/", "=", "@", " ", "\t", "\n", "\r", "\x0b",
+             "\x85", "\u2028", "\xa0", "v", "==", ">=", "~=", " in ", "in", ",", "é", "٣", "²", "#"]
+
+
+def _random_texts(seed: int, count: int, longest: int = 8) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0, longest))) for _ in range(count)]
+
+
+def test_names_and_values_are_checked_as_their_patterns_check_them() -> None:
+    import re
+
+    from abicache import requirements as r
+
+    for text in _random_texts(1, 40000):
+        assert r._is_name(text) == bool(re.fullmatch(r._NAME, text)), repr(text)
+        assert r._is_token(text) == bool(re.fullmatch(r._TOKEN, text)), repr(text)
+    with pytest.raises(RequirementSyntaxError, match="characters outside"):
+        Requirement("python.abi", "==", "cp311\n")  # '$' let a trailing newline through
+
+
+def test_lines_split_as_the_line_pattern_splits_them() -> None:
+    import re
+
+    from abicache import requirements as r
+
+    line = re.compile(r._LINE)
+    starts = ["python.abi == ", "torch.version >= ", "a.b in ", "gpu.arch ~= ", "x ", "x  == ", " x == "]
+    for i, tail in enumerate(_random_texts(2, 40000)):
+        text = starts[i % len(starts)] + tail
+        match = line.match(text)
+        assert r._split_line(text) == (None if match is None else (match[1], match[2].strip(), match[3])), repr(text)
+
+
+def test_plain_versions_are_read_as_the_version_pattern_reads_them() -> None:
+    import re
+
+    simple = re.compile(r"^v?(\d+(?:\.\d+)*)(?:\+([a-z0-9]+(?:[._-][a-z0-9]+)*))?$")
+    for i, text in enumerate(_random_texts(3, 40000)):
+        text = (("2.13" if i % 3 == 0 else "") + ("+" if i % 5 == 0 else "") + text).strip().lower()  # as sort_key
+        match = simple.match(text)
+        assert versions._simple(text) == (None if match is None else match.groups()), repr(text)
+    assert versions.compare("2.13.0+cpu.1", "2.13.0+cpu-1") == 0  # as packaging: separators are equal

@@ -536,6 +536,28 @@ def test_file_names_a_manifest_may_list_are_the_same_whichever_way_they_are_chec
         assert kept == allowed(name), repr(name)
 
 
+def test_kinds_digests_and_control_characters_are_checked_as_their_patterns_check_them() -> None:
+    """The hit checks kinds, hex digests and text without compiling a pattern (layout.is_kind,
+    is_hex, manifest.has_control); 60,000 random strings give the patterns' answers."""
+    import random
+    import re
+
+    from abicache.store.layout import is_hex, is_kind
+    from abicache.store.manifest import has_control
+
+    kind, digest, control = (re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}"), re.compile(r"[0-9a-f]{16,64}"),
+                             re.compile(r"[\x00-\x1f\x7f-\x9f]"))
+    rng = random.Random(11)
+    alphabet = ["a", "f", "g", "z", "0", "9", "A", "F", "_", ".", "-", " ", "/", "\n", "\x00", "\x7f", "\x85",
+                "\x9f", "\xa0", "é", "٣", "\u2028", "\ud800", "0123456789abcdef"]
+    for _ in range(60000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        text = text * rng.choice([1, 1, 1, 4, 5])  # lengths around 16 and 64
+        assert is_kind(text) == bool(kind.fullmatch(text)), repr(text)
+        assert is_hex(text) == bool(digest.fullmatch(text)), repr(text)
+        assert has_control(text) == bool(control.search(text)), repr(text)
+
+
 def test_a_fresh_entry_is_stamped_at_publish_but_not_an_unhashed_blob(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first hit need not hash what publish just hashed; a file that became
     a link to a blob already in the store (not hashed by this publish) is not

@@ -16,6 +16,7 @@ returns, for every unmet requirement, a sentence saying why.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Iterator, Protocol
 
@@ -26,9 +27,41 @@ from .records import named_tuple
 OPERATORS = ("==", ">=", "in", "~=")
 _NAME = r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*"
 _TOKEN = r"[A-Za-z0-9_.+\-:/=@]+"
-_LINE = re.compile(rf"^\s*({_NAME})\s*(==|>=|~=|\s+in\s+)\s*(\S.*?)\s*$")
-_TOKEN_RE = re.compile(rf"^{_TOKEN}$")
+_LINE = rf"^\s*({_NAME})\s*(==|>=|~=|\s+in\s+)\s*(\S.*?)\s*$"  # compiled where a line is not canonical
 SEPARATOR = "; "
+# The characters of _NAME and _TOKEN, checked without a pattern: a fresh process's first hit
+# parses a few canonical lines, and compiling the patterns would cost more than that.
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_LOWER_DIGITS = _LOWER + "0123456789_"
+_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-:/=@"
+
+
+def _is_name(text: str) -> bool:
+    """re.fullmatch(_NAME, text)."""
+    return bool(text) and text[0] in _LOWER and all(part and not part.lstrip(_LOWER_DIGITS)
+                                                    for part in text.split("."))
+
+
+def _is_token(text: str) -> bool:
+    """re.fullmatch(_TOKEN, text)."""
+    return bool(text) and not text.lstrip(_TOKEN_CHARS)
+
+
+def _split_line(text: str) -> tuple[str, str, str] | None:
+    """(name, operator, value) as _LINE reads them; the canonical form (`str()`) without
+    the pattern, anything else with it."""
+    name, space, rest = text.partition(" ")
+    op, space2, value = rest.partition(" ")
+    if (space and space2 and op in OPERATORS and _is_name(name) and value and "\n" not in value
+            and not value[0].isspace() and not value[-1].isspace()):
+        return name, op, value
+    match = _compiled(_LINE).match(text)
+    return None if match is None else (match[1], match[2].strip(), match[3])
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 class FactSource(Protocol):
@@ -37,13 +70,13 @@ class FactSource(Protocol):
 
 def _canonical_value(op: str, value: str) -> str:
     if op in ("==", ">="):
-        if not _TOKEN_RE.match(value):
+        if not _is_token(value):
             raise RequirementSyntaxError(f"value {value!r} has characters outside {_TOKEN}")
         if op == ">=" and not versions.is_version(value):
             raise RequirementSyntaxError(f"'>=' needs a version, got {value!r}")
         return value
     items = [v.strip() for v in value.split(",")]
-    if not all(items) or not all(_TOKEN_RE.match(v) for v in items):
+    if not all(map(_is_token, items)):
         raise RequirementSyntaxError(f"{value!r} is not a comma-separated list of values")
     if op == "~=":
         from . import archs
@@ -71,7 +104,7 @@ class Requirement(_RequirementFields):
     __slots__ = ()
 
     def __new__(cls, name: str, op: str, value: str) -> Requirement:
-        if not re.fullmatch(_NAME, name):
+        if not (isinstance(name, str) and _is_name(name)):
             raise RequirementSyntaxError(f"{name!r} is not a fact name (lower-case words joined by dots)")
         if op not in OPERATORS:
             raise RequirementSyntaxError(f"unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
@@ -85,15 +118,13 @@ class Requirement(_RequirementFields):
         known = _PARSED.get(text)
         if known is not None and type(known) is cls:
             return known  # a manifest lists each requirement twice (requirements, and declared or detected)
-        match = _LINE.match(text)
-        if match is None:
+        split = _split_line(text)
+        if split is None:
             raise RequirementSyntaxError(
                 f"cannot parse requirement {text!r}; expected 'NAME OP VALUE' with OP one of "
                 + ", ".join(OPERATORS)
             )
-        name, op, value = match.groups()
-        op = op.strip()
-        # _LINE has checked the name and the operator
+        name, op, value = split  # the name and the operator are checked
         parsed = _RequirementFields.__new__(cls, name, op, _canonical_value(op, value))
         if len(_PARSED) < 4096:
             _PARSED[text] = parsed

@@ -29,7 +29,7 @@ from pathlib import Path
 from .records import named_tuple
 
 
-_STD = re.compile(r"-std=c\+\+\d+")
+_STD = r"-std=c\+\+\d+"
 #: torch 2.13's values, for a file that cannot be read
 NVCC_COMMON = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr")
@@ -91,14 +91,14 @@ def _standards(function: object) -> dict[str, str]:
     for node in ast.walk(function):  # type: ignore[arg-type]
         if isinstance(node, ast.List):
             words = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-            stds = [w for w in words if _STD.fullmatch(w)]
+            stds = [w for w in words if re.fullmatch(_STD, w)]
             if "-fPIC" in words and stds:
                 out["cxx_std"] = stds[0]
                 continue
             others.update(stds)
         elif isinstance(node, ast.Call):
             others.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                          and _STD.fullmatch(a.value))
+                          and re.fullmatch(_STD, a.value))
     if others:
         out["nvcc_std"] = others.most_common(1)[0][0]
     elif "cxx_std" in out:

@@ -9,16 +9,30 @@ nearly always plain releases with an optional local tag (`2.36`, `3.4.30`,
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_SIMPLE = re.compile(r"^v?(\d+(?:\.\d+)*)(?:\+([a-z0-9]+(?:[._-][a-z0-9]+)*))?$")
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _simple(text: str) -> tuple[str, str | None] | None:
+    """(release, local or None) of `v?N(.N)*(+LOCAL)?` with LOCAL's segments of [a-z0-9]
+    separated by one of '._-', as a pattern would read it (without compiling one: this
+    runs on a fresh process's first hit); None for anything else."""
+    release, plus, local = text.removeprefix("v").partition("+")
+    if not all(part.isdecimal() for part in release.split(".")):  # as \d: Unicode digits, not ''
+        return None
+    if plus and not all(part and not part.strip(_ALNUM) for part in _local_parts(local)):
+        return None
+    return release, local if plus else None
+
+
+def _local_parts(local: str) -> list[str]:
+    return local.replace("_", ".").replace("-", ".").split(".")
 
 
 def _local_key(local: str) -> tuple[tuple[int, int, str], ...]:
     # packaging orders numeric local segments above alphanumeric ones.
-    parts = re.split(r"[._-]", local)
-    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in parts)
+    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in _local_parts(local))
 
 
 def sort_key(text: str) -> tuple[Any, ...]:
@@ -26,13 +40,13 @@ def sort_key(text: str) -> tuple[Any, ...]:
 
     Raises ValueError for a string that is not a version.
     """
-    match = _SIMPLE.match(text.strip().lower())
-    if match is None:
+    simple = _simple(text.strip().lower())
+    if simple is None:
         return (1, _packaging_version(text))
-    release = [int(p) for p in match.group(1).split(".")]
+    release = [int(p) for p in simple[0].split(".")]
     while len(release) > 1 and release[-1] == 0:
         release.pop()
-    local = match.group(2)
+    local = simple[1]
     return (0, tuple(release), (1, _local_key(local)) if local else (0, ()))
 
 

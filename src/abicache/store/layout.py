@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path
 
 from ..records import named_tuple
@@ -25,18 +24,29 @@ LAYOUT_VERSION = "v3"
 OLD_VERSIONS = ("v1", "v2")
 #: the folders under <root>/v1, made (and checked) by Store.ensure
 FOLDERS = ("entries", "blobs", "tmp", "locks", "quarantine", "trash", "index", "log", "tools")
-_KIND = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-_HEX = re.compile(r"[0-9a-f]{16,64}")
+# [a-z0-9][a-z0-9_.-]{0,63} and [0-9a-f]{16,64}, checked without compiling a pattern at
+# import (a fresh process's hit checks a few names; the patterns cost more than that)
+_KIND_FIRST = "abcdefghijklmnopqrstuvwxyz0123456789"
+_KIND_CHARS = _KIND_FIRST + "_.-"
+
+
+def is_kind(kind: str) -> bool:
+    return 0 < len(kind) <= 64 and kind[0] in _KIND_FIRST and not kind.lstrip(_KIND_CHARS)
+
+
+def is_hex(value: str, shortest: int = 16, longest: int = 64) -> bool:
+    """Lower-case hex of a length in [shortest, longest]."""
+    return shortest <= len(value) <= longest and not value.strip("0123456789abcdef")
 
 
 def check_kind(kind: str) -> str:
-    if not _KIND.fullmatch(kind):
+    if not is_kind(kind):
         raise ValueError(f"artifact kind {kind!r} must be lower-case letters, digits, '.', '_', '-'")
     return kind
 
 
 def check_hex(value: str, what: str) -> str:
-    if not _HEX.fullmatch(value):
+    if not is_hex(value):
         raise ValueError(f"{what} {value!r} is not a lower-case hex digest")
     return value
 
@@ -124,7 +134,7 @@ class Layout:
 def entry_name(name: str) -> tuple[str, str] | None:
     """(key, variant) of an entry folder's name "<key>.<variant>"; None for any other name."""
     key, dot, variant = name.partition(".")
-    if not dot or not _HEX.fullmatch(key) or not _HEX.fullmatch(variant):
+    if not dot or not is_hex(key) or not is_hex(variant):
         return None
     return key, variant
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import time
 import warnings
@@ -17,7 +16,7 @@ from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
 from . import blobs, deps, manifest as mf, manifest_names, stamps
-from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name
+from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name, is_hex
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
 from .trust import Trust, ensure_root
@@ -112,7 +111,7 @@ class Store(Publishing):
         except OSError:
             return None
         variants = target.split(",")
-        if not all(_VARIANT.fullmatch(v) for v in variants):
+        if not all(map(is_hex, variants)):
             return None
         return [Path(f"{link}.{v}") for v in variants]
 
@@ -416,7 +415,6 @@ class Store(Publishing):
             return None
 
 
-_VARIANT = re.compile(r"[0-9a-f]{16,64}")
 #: the longest symlink target ext4 keeps in the inode (60 bytes, less its terminating zero)
 _INLINE_LINK = 59
 

@@ -51,7 +51,13 @@ def _pattern(text: str) -> re.Pattern[str]:
 RESERVED = frozenset({FILENAME})
 #: names abicache writes beside an entry's files (stamps, temporary links)
 RESERVED_PREFIX = ".abicache-"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+
+
+def has_control(text: str) -> bool:
+    """Whether text has a C0 or C1 control character or DEL. These are never printable,
+    so printable text (nearly all) has none, and only the rest needs the pattern."""
+    return not text.isprintable() and _pattern(_CONTROL).search(text) is not None
 
 
 @named_tuple
@@ -246,7 +252,7 @@ def safe_relpath(path: Any) -> str:
 def check_text(text: str, what: str) -> str:
     """No control characters (they spoof terminal output: a newline makes a
     second row in `abicache show`) and valid UTF-8 (no lone surrogates)."""
-    if _CONTROL.search(text):
+    if has_control(text):
         raise ManifestError(f"{what} {text!r} contains a control character; use printable characters only")
     try:
         text.encode("utf-8")
