@@ -61,22 +61,33 @@ print(json.dumps({{"s": time.perf_counter() - t}}))
 """
 
 
-def measure(which: str, env: dict[str, str], runs: int) -> dict[str, float]:
-    prelude = "import json, time, timeit\nstart = time.perf_counter()\nimport torch\nafter_import = time.perf_counter()\n"
-    res = run(prelude + CALLS[which] + """
-m = load(); assert m.add(2, 3) == 5
-print(json.dumps({"cold_s": time.perf_counter() - after_import}))""", env)
-    hit = [run(prelude + GC_CLOCK + CALLS[which] + """
+PRELUDE = "import json, time, timeit\nstart = time.perf_counter()\nimport torch\nafter_import = time.perf_counter()\n"
+HIT = """
 imported = time.perf_counter()
 m = load(); assert m.add(2, 3) == 5
 t = time.perf_counter()
 print(json.dumps({"first_call_s": t - start, "after_import_s": t - after_import, "gc_s": gc_s[0],
-                  "frontend_import_s": imported - after_import, "call_s": t - imported, "path": m.__file__}))""", env)
-           for _ in range(runs)]
-    for key in ("first_call_s", "after_import_s", "frontend_import_s", "call_s", "gc_s"):
-        res[key] = statistics.median(h[key] for h in hit)
-    res["floor_s"] = statistics.median(run(FLOOR.format(path=hit[0]["path"]), env)["s"] for _ in range(runs))
-    res["repeat_us"] = 1e6 * run(prelude + CALLS[which] + """
+                  "frontend_import_s": imported - after_import, "call_s": t - imported, "path": m.__file__}))"""
+
+
+def measure(env: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
+    """Each tool's cold build, then their fresh-process hits and floors alternating (a process's
+    `import torch` alone varies by a second on this machine: neither tool takes all slow rounds)."""
+    tools = list(CALLS)
+    res = {which: run(PRELUDE + CALLS[which] + """
+m = load(); assert m.add(2, 3) == 5
+print(json.dumps({"cold_s": time.perf_counter() - after_import}))""", env) for which in tools}
+    hits: dict[str, list[dict[str, float]]] = {which: [] for which in tools}
+    floors: dict[str, list[float]] = {which: [] for which in tools}
+    for round_ in range(runs):
+        for which in tools if round_ % 2 == 0 else tools[::-1]:
+            hits[which].append(run(PRELUDE + GC_CLOCK + CALLS[which] + HIT, env))
+            floors[which].append(run(FLOOR.format(path=hits[which][0]["path"]), env)["s"])
+    for which in tools:
+        for key in ("first_call_s", "after_import_s", "frontend_import_s", "call_s", "gc_s"):
+            res[which][key] = statistics.median(h[key] for h in hits[which])
+        res[which]["floor_s"] = statistics.median(floors[which])
+        res[which]["repeat_us"] = 1e6 * run(PRELUDE + CALLS[which] + """
 load(); n = 200
 print(json.dumps({"s": min(timeit.repeat(load, number=n, repeat=3)) / n}))""", env)["s"]
     return res
@@ -96,7 +107,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="abicache-torch-bench-"))
     env = {"ABICACHE_DIR": str(work / "abicache"), "TORCH_EXTENSIONS_DIR": str(work / "torch_ext"),
            "ABICACHE_PROGRESS": "0"}
-    ours, theirs = measure("abicache", env, 5), measure("torch", env, 5)
+    measured = measure(env, 5)
+    ours, theirs = measured["abicache"], measured["torch"]
     stable = stable_cold(env)
     table = Table(title="abicache.torch vs torch.utils.cpp_extension.load_inline (pybind module, same source)",
                   title_justify="left")
