@@ -318,7 +318,7 @@ def _stable_plan(name: str, tree: trees.Tree, torch: TorchInstall, target: str |
 
 
 _UNSTABLE_INCLUDE = (r'#\s*include\s*[<"](ATen/|torch/extension\.h|torch/library\.h|torch/torch\.h|'
-                        r'torch/all\.h|c10/core/|pybind11/)')
+                     r'torch/all\.h|c10/core/|pybind11/)')
 
 
 def _refuse_unstable_includes(cpp: dict[str, str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from ..errors import ManifestError, RequirementSyntaxError
 from ..records import named_tuple
 from ..requirements import Requirements
+from .layout import is_hex
 
 SCHEMA = 1
 FILENAME = "manifest.json"
@@ -34,7 +35,7 @@ class _Hex:
         self.shortest, self.longest = shortest, longest
 
     def match(self, value: str) -> bool:
-        return self.shortest <= len(value) <= self.longest and not value.strip("0123456789abcdef")
+        return is_hex(value, self.shortest, self.longest)
 
     fullmatch = match
 
