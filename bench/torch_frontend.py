@@ -35,7 +35,6 @@ CALLS = {
 }
 
 
-
 # The time the garbage collector takes after `import torch`: torch leaves tens of thousands of
 # young objects, and any code that then allocates a few thousand (importing modules does) sets off
 # a collection of them (2-4 ms on the 2-core machine) that the floor's few allocations do not.
@@ -49,6 +48,7 @@ def _clock(phase, info):
         gc_s[0] += time.perf_counter() - gc_start[0]
 gc.callbacks.append(_clock)
 """
+
 
 # The floor of the load after `import torch`: the very file imported by path, as Python's import would.
 FLOOR = """

@@ -1,4 +1,4 @@
-"""`import abicache` stays light; the hit path imports no torch and spawns nothing."""
+"""`import abicache` stays light; the hit path imports no torch, spawns nothing and compiles no pattern."""
 
 from __future__ import annotations
 
