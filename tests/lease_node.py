@@ -49,7 +49,8 @@ def main(root: str, url: str, name: str, seconds: str, log: str, fail: str = "",
     except RuntimeError as exc:
         print(json.dumps({"error": str(exc), "seconds": time.monotonic() - start}))
         return
-    print(json.dumps({"origin": art.origin, "text": art.file().read_text(), "seconds": time.monotonic() - start,
+    print(json.dumps({"pid": os.getpid(), "origin": art.origin, "text": art.file().read_text(),
+                      "seconds": time.monotonic() - start,
                       "stats": dict(cache.remote.stats) if cache.remote else {}}))
 
 

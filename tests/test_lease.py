@@ -49,7 +49,14 @@ def node(tmp_path: Path, url: str, who: str, seconds: float, *, fail: bool = Fal
 def result(proc: subprocess.Popen[str], timeout: float = 60) -> dict:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
+    got = json.loads(out.strip().splitlines()[-1])
+    got["said"] = err.strip()[-2000:]  # the node's notes (waits, take-overs, remote errors), for a failure's message
+    return got
+
+
+def shown(got: object) -> str:
+    """A failure's message in full (pytest shortens a long object's repr, and with it which node did what)."""
+    return json.dumps(got, indent=1)
 
 
 def builds(tmp_path: Path) -> list[str]:
@@ -87,8 +94,8 @@ def test_a_fleet_starting_together_builds_a_key_once(tmp_path: Path, remote: tup
     start_at = time.time() + 2.0  # after every interpreter has started
     procs = [node(tmp_path, url, f"m{i}", 1.0, start_at=start_at) for i in range(4)]
     got = [result(p) for p in procs]
-    assert len(builds(tmp_path)) == 1, got
-    assert sorted(g["origin"] for g in got) == ["built", "remote", "remote", "remote"]
+    assert len(builds(tmp_path)) == 1, shown({"builders": builds(tmp_path), "nodes": got})
+    assert sorted(g["origin"] for g in got) == ["built", "remote", "remote", "remote"], shown(got)
     assert len({g["text"] for g in got}) == 1
     assert raw.count_manifests() == 1
     assert lease_of(url) is None, "the lease was not released after the upload"
@@ -101,7 +108,7 @@ def test_without_leases_a_fleet_starting_together_builds_it_on_every_machine(
     start_at = time.time() + 2.0
     procs = [node(tmp_path, url, f"m{i}", 1.0, start_at=start_at, ABICACHE_REMOTE_LEASE="0") for i in range(4)]
     got = [result(p) for p in procs]
-    assert len(builds(tmp_path)) >= 2, got
+    assert len(builds(tmp_path)) >= 2, shown(got)
     assert len({g["text"] for g in got}) == 1, "every machine must still load the one published entry"
     assert raw.count_manifests() == 1
 
