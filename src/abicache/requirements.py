@@ -16,7 +16,6 @@ returns, for every unmet requirement, a sentence saying why.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Iterable, Iterator, Protocol
 
@@ -55,13 +54,8 @@ def _split_line(text: str) -> tuple[str, str, str] | None:
     if (space and space2 and op in OPERATORS and _is_name(name) and value and "\n" not in value
             and not value[0].isspace() and not value[-1].isspace()):
         return name, op, value
-    match = _compiled(_LINE).match(text)
+    match = re.match(_LINE, text)  # re keeps what it compiled
     return None if match is None else (match[1], match[2].strip(), match[3])
-
-
-@functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
 
 
 class FactSource(Protocol):
