@@ -151,26 +151,20 @@ class Plan:
         cache = cache or default_cache()
         art = cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
                                  bases=self.bases)
-        if art.origin == "local" and "ABICACHE_CHECK" in os.environ:
-            _check_in_background(cache, art)
+        if art.origin == "local" and _checking():
+            from . import check_spawn
+
+            check_spawn.maybe_check(cache, art)
         return art
 
 
-def _check_in_background(cache: Cache, art: Artifact) -> None:
-    """ABICACHE_CHECK=N: with probability 1/N, `abicache check` this hit in a
-    process of its own (this one goes on at once); the verdict goes to the
-    store's log/check.jsonl (check.py)."""
-    import random
+def _checking() -> bool:
+    """ABICACHE_CHECK is set to something (the environment, or the user's config file)."""
+    if "ABICACHE_CHECK" in os.environ:
+        return os.environ["ABICACHE_CHECK"].strip() not in ("", "0")
+    from . import config
 
-    text = os.environ.get("ABICACHE_CHECK", "").strip()
-    every = int(text) if text.isdigit() else 0  # a bad value: `abicache env` lists it
-    if every < 1 or random.random() >= 1 / every or "recipe" not in art.manifest.builder:
-        return
-    import subprocess
-
-    subprocess.Popen([sys.executable, "-m", "abicache", "check", art.key, "--root", str(cache.root), "--log"],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, env={**os.environ, "ABICACHE_CHECK": "0"})
+    return config.text("ABICACHE_CHECK") not in ("", "0")
 
 
 def library_plan(

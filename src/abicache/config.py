@@ -100,29 +100,13 @@ def _xdg_cache_root() -> Path | None:
 
 
 def lookup(name: str) -> tuple[str | None, str]:
-    """(the value, where it comes from): the environment, the store's config file, the
-    user's config file (settings_file.py), or (None, "default")."""
-    if name in os.environ:
+    """(the value, where it comes from): the environment, the user's config file, the
+    store's config file within what it may set (setting_sources.py), or (None, "default")."""
+    if name in os.environ:  # the common case, without importing the rule
         return os.environ[name], "environment"
-    from . import settings_file
+    from . import setting_sources
 
-    key = settings_file.key_of(name)
-    for path in _files(name):
-        found = settings_file.values(path, VARIABLES).get(key)
-        if found is not None:
-            return found, str(path)
-    return None, "default"
-
-
-def _files(name: str) -> list[Path]:
-    """The config files a setting is looked for in, the first first (the store's own file
-    is found through the root, so ABICACHE_DIR itself is only in the user's)."""
-    from . import settings_file
-
-    user = settings_file.user_file()
-    if name == "ABICACHE_DIR":
-        return [user]
-    return [settings_file.store_file(default_root()), user]
+    return tuple(setting_sources.lookup(name, VARIABLES[name][0]))  # type: ignore[return-value]
 
 
 def _raw(name: str, default: str | None = None) -> str:

@@ -1,11 +1,8 @@
 """Config files: every setting of config.VARIABLES can be kept in TOML, as ccache keeps
-ccache.conf. Where a value comes from, the first that has it:
-
-1. the environment variable (ABICACHE_MAX_SIZE=10G);
-2. the store's file, `<store root>/abicache.toml` (the root from ABICACHE_DIR or
-   the user's file: settings that belong to one store, a shared one included);
-3. the user's file, `$XDG_CONFIG_HOME/abicache/config.toml` (~/.config/abicache/);
-4. the default.
+ccache.conf: the user's file, `$XDG_CONFIG_HOME/abicache/config.toml`
+(~/.config/abicache/), and a store's, `<store root>/abicache.toml`. Which file may set
+what, and which comes first, is setting_sources.py's rule: a store's file may not widen
+whom the store trusts.
 
 In a file a setting is its variable's name without ABICACHE_, in lower case:
 
@@ -19,7 +16,9 @@ reported once, and by `abicache config list` and `abicache env`.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -59,7 +58,20 @@ def values(path: Path, variables: Iterable[str]) -> dict[str, str]:
 
 def forget() -> None:
     """Read the files again on next use (tests, `abicache config set`)."""
+    from . import setting_sources
+
     _read.clear()
+    setting_sources.forget()
+
+
+def read_text(path: Path) -> str:
+    """The file's text, opened without following a symbolic link and only if it is a
+    regular file (a FIFO planted in its place would hang the reader)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(1 << 20).decode("utf-8")
 
 
 def _load(path: Path, known: set[str]) -> dict[str, str]:
@@ -70,8 +82,10 @@ def _load(path: Path, known: set[str]) -> dict[str, str]:
     except ImportError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        doc = tomllib.loads(read_text(path))
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}; fix it, or remove it") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}; fix it, or remove it") from None
     out = {}
     for name, value in doc.items():
@@ -93,7 +107,7 @@ def unknown_keys(path: Path, variables: Iterable[str]) -> list[str]:
     except ImportError:
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        doc: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc: dict[str, Any] = tomllib.loads(read_text(path))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
     known = {key_of(v) for v in variables}
@@ -118,5 +132,6 @@ def write(path: Path, name: str, value: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}")
     temp.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    os.chmod(temp, 0o644)  # writable by its owner alone, whatever the umask: others' settings are refused
     os.replace(temp, path)
     forget()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import config, settings_file
+from .. import config, setting_sources, settings_file
 from ..errors import ConfigError
 from . import render
 
@@ -27,6 +27,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "set":
         if args.value is None:
             raise ConfigError(f"abicache config set {name}: give the value too, e.g. abicache config set max_size 10G")
+        refusal = setting_sources.store_refusal(name, args.value) if args.store else None
+        if refusal is not None:
+            raise ConfigError(f"{refusal} (not written to {path})")
         before = settings_file.values(path, config.VARIABLES).get(settings_file.key_of(name))
         settings_file.write(path, settings_file.key_of(name), args.value)
         _check(name, path, before)
@@ -49,15 +52,19 @@ def _list(args: argparse.Namespace) -> int:
                      "from": where, "meaning": meaning})
     files = [settings_file.store_file(config.default_root()), settings_file.user_file()]
     unknown = {str(f): keys for f in files if (keys := settings_file.unknown_keys(f, config.VARIABLES))}
+    refused = setting_sources.refused()  # what the lookups above ignored, and why
     if args.json:
-        render.emit_json({"settings": rows, "files": [str(f) for f in files], "unknown_keys": unknown})
-        return 0
-    render.table("settings (the environment, then " + ", then ".join(str(f) for f in files) + ", then the default)",
-                 ["setting", "file key", "value", "from"],
+        render.emit_json({"settings": rows, "files": [str(f) for f in files], "unknown_keys": unknown,
+                          "refused": refused})
+        return 1 if unknown or refused else 0
+    render.table("settings (the environment, then your file, then the store's within what it may set; "
+                 "see docs/security.md)", ["setting", "file key", "value", "from"],
                  [(r["name"], r["key"], r["value"], r["from"]) for r in rows])
     for path, keys in unknown.items():
         render.say(f"[yellow]{path}: not settings, ignored: {', '.join(keys)}[/]")
-    return 1 if unknown else 0
+    for what, why in refused.items():
+        render.say(f"[yellow]{what}: ignored: {why}[/]")
+    return 1 if unknown or refused else 0
 
 
 def _variable(text: str | None) -> str:

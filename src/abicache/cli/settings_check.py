@@ -41,6 +41,9 @@ def problems() -> dict[str, str]:
         except ConfigError as exc:
             found[name] = str(exc)
     found.update(_files())
+    from .. import setting_sources
+
+    found.update(setting_sources.refused())  # keys of a store's file the lookups above ignored
     return found
 
 

@@ -37,7 +37,10 @@ _USER_DIRS = ("-I", "-isystem", "-iquote", "-idirafter", "--include-path")
 
 
 def sloppy_system_headers() -> bool:
-    return "system_headers" in os.environ.get("ABICACHE_SLOPPINESS", "").replace(",", " ").split()
+    from .. import config
+
+    # through config, not os.environ: the user's config file sets it too (a store's may only clear it)
+    return "system_headers" in config.text("ABICACHE_SLOPPINESS").replace(",", " ").split()
 
 
 def compiler_dirs(compiler: Sequence[str], lang: str = "c++", memo_dir: Path | None = None,

@@ -1,0 +1,228 @@
+"""Where a setting may come from: the rule that keeps a neighbour from choosing whom
+your store trusts.
+
+A value is looked for, the first that has it:
+
+1. the environment (ABICACHE_MAX_SIZE=10G): the process's own;
+2. the user's file, `$XDG_CONFIG_HOME/abicache/config.toml`, read only if it is a
+   regular file (not a symbolic link) owned by you or root and writable by nobody
+   else (a group write bit is accepted only for your own private group);
+3. the store's file, `<root>/abicache.toml`, read only once the root passed the
+   store's owner check with the group named by 1 or 2, and only if the file
+   itself passes the same check. It may set what belongs to the store (its size
+   cap, touch interval, lock and remote timeouts) and may only *tighten* the rest:
+   a lower `verify_age`, `observe = 1`, an empty `sloppiness`,
+   `remote_mode = "read"`, `build = "always"`. It may never set `shared`, `dir`,
+   `remote`, `read_stores`, `trusted_keys`, `signing_key`, `check` or `dropin`;
+   such a key is ignored, reported once on stderr and by `abicache config list`;
+4. the default.
+
+For the store's own settings (USER_ONLY and TIGHTEN_ONLY excluded) the store's file
+comes before the user's, as ccache's store-wide settings do: a shared store's size
+cap belongs to the store.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from . import settings_file
+
+#: settings that choose whom the store trusts or what is loaded: the environment and
+#: the user's own file only
+USER_ONLY = frozenset({
+    "ABICACHE_DIR", "ABICACHE_SHARED", "ABICACHE_REMOTE", "ABICACHE_READ_STORES", "ABICACHE_TRUSTED_KEYS",
+    "ABICACHE_SIGNING_KEY", "ABICACHE_CHECK", "ABICACHE_DROPIN",
+})
+
+
+def _fewer_seconds(store: str, current: str) -> bool:
+    try:
+        return 0 <= float(store) < float(current)
+    except ValueError:
+        return False
+
+
+#: settings a store's file may set only to a tighter value than the user's (or the default):
+#: name -> (is `store` tighter than `current`?, what a tighter value is)
+TIGHTEN_ONLY: dict[str, tuple[Callable[[str, str], bool], str]] = {
+    "ABICACHE_VERIFY_AGE": (_fewer_seconds, "a lower number of seconds"),
+    "ABICACHE_OBSERVE": (lambda s, c: s.strip().lower() in ("1", "true", "yes", "on"), "1"),
+    "ABICACHE_SLOPPINESS": (lambda s, c: not s.strip(), "empty (no sloppiness)"),
+    "ABICACHE_REMOTE_MODE": (lambda s, c: s.strip().lower() == "read", '"read"'),
+    "ABICACHE_BUILD": (lambda s, c: s.strip().lower() == "always", '"always"'),
+}
+
+
+class Found(NamedTuple):
+    value: str | None
+    where: str  # "environment", a file's path, or "default"
+
+
+_refused: dict[str, str] = {}  # "<file>:<key>" -> why (each said once per process)
+_file_problems: dict[str, str] = {}  # a file that was not read -> why
+#: per process, as the files' values are: (path, group) -> file_problem's answer (a hit asks several settings)
+_verdicts: dict[tuple[str, str | None, bool], str | None] = {}
+
+
+def lookup(name: str, default: str) -> Found:
+    """The value of one setting and where it comes from (see the module's text)."""
+    if name in os.environ:
+        return Found(os.environ[name], "environment")
+    key = settings_file.key_of(name)
+    user_path = settings_file.user_file()
+    user = user_values(user_path).get(key)
+    if name in USER_ONLY:
+        return Found(user, str(user_path)) if user is not None else Found(None, "default")
+    store_path, store = _store_values()
+    value = store.get(key)
+    if value is not None and name in TIGHTEN_ONLY:
+        tighter, what = TIGHTEN_ONLY[name]
+        current = user if user is not None else default
+        if tighter(value, current):
+            return Found(value, str(store_path))
+        if value.strip().lower() != current.strip().lower():
+            _refuse(store_path, key, f"a store's file may only tighten {key} (to {what}), not loosen it")
+        value = None
+    if value is not None:
+        return Found(value, str(store_path))
+    return Found(user, str(user_path)) if user is not None else Found(None, "default")
+
+
+def store_refusal(name: str, value: str) -> str | None:
+    """Why a store's file may not hold this value of this setting (`config set --store`), or None."""
+    key = settings_file.key_of(name)
+    if name in USER_ONLY:
+        return (f"{key} may only be set in the environment or your own config file ({settings_file.user_file()}): "
+                "a store's file may not widen whom it trusts")
+    if name in TIGHTEN_ONLY:
+        tighter, what = TIGHTEN_ONLY[name]
+        current = user_values(settings_file.user_file()).get(key, _variables()[name][0])
+        if not tighter(value, current) and value.strip().lower() != current.strip().lower():
+            return f"a store's file may only tighten {key} (to {what}), not loosen it"
+    return None
+
+
+def user_values(path: Path) -> dict[str, str]:
+    """The user's file's settings; ConfigError if it exists but others could have written it
+    (its settings, trusted keys included, are the user's: ignoring them would loosen them)."""
+    from .errors import ConfigError
+
+    problem = _verdict(path, None)
+    if problem is not None and problem != "absent":
+        raise ConfigError(f"config file {path}: {problem}; others could choose your settings. "
+                          f"Fix: chmod go-w -- {_quoted(path)} (a regular file of yours), or remove it")
+    return settings_file.values(path, _variables()) if problem is None else {}
+
+
+def _store_values() -> tuple[Path, dict[str, str]]:
+    """The store's file and its settings, {} where the root or the file fails the owner check,
+    less the keys it may never set."""
+    from . import config
+
+    root = config.default_root()
+    path = settings_file.store_file(root)
+    group = _group()
+    problem = _verdict(root, group, folder=True) or _verdict(path, group)
+    if problem is not None:
+        if problem != "absent" and str(path) not in _file_problems:
+            _file_problems[str(path)] = problem
+            print(f"abicache: {path}: not read: {problem}", file=sys.stderr)
+        return path, {}
+    found = settings_file.values(path, _variables())
+    kept = {}
+    for key, value in found.items():
+        name = f"ABICACHE_{key.upper()}" if key != "max_jobs" else "MAX_JOBS"
+        if name in USER_ONLY:
+            _refuse(path, key, str(store_refusal(name, value)))
+        else:
+            kept[key] = value
+    return path, kept
+
+
+def refused() -> dict[str, str]:
+    """What was refused so far, for `abicache config list`: "<file>: <key>" -> why; and the files not read."""
+    return {**_refused, **{f"{p}": why for p, why in _file_problems.items()}}
+
+
+def forget() -> None:
+    _refused.clear()
+    _file_problems.clear()
+    _verdicts.clear()
+
+
+def _verdict(path: Path, group: str | None, *, folder: bool = False) -> str | None:
+    memo = (os.fspath(path), group, folder)
+    if memo not in _verdicts:
+        _verdicts[memo] = file_problem(path, group, folder=folder)
+    return _verdicts[memo]
+
+
+def _refuse(path: Path, key: str, why: str) -> None:
+    label = f"{path}: {key}"
+    if label not in _refused:
+        _refused[label] = why
+        print(f"abicache: {label}: ignored: {why}", file=sys.stderr)
+
+
+def _group() -> str | None:
+    from .config import text
+    from .store.trust import group_setting
+
+    return group_setting(text("ABICACHE_SHARED"))
+
+
+def _variables() -> dict[str, tuple[str, str]]:
+    from .config import VARIABLES
+
+    return VARIABLES
+
+
+def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str | None:
+    """Why a config file (or, with folder, a store root) may not be trusted: "absent",
+    another reason, or None. The user's file: group None, where a group write bit is
+    accepted for the user's own private group only."""
+    try:
+        st = os.lstat(os.path.realpath(path) if folder else path)  # a link to the root is followed, as ensure_root does
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if folder != stat.S_ISDIR(st.st_mode) or not (folder or stat.S_ISREG(st.st_mode)):
+        return "is not a regular file" if not folder else "is not a folder"
+    if not hasattr(os, "geteuid"):
+        return None
+    from .store.trust import Trust
+
+    trust = Trust(group)
+    problem = trust.problem(st, "it")
+    if problem is not None and group is None and _private_group_write(st):
+        return None
+    return None if problem is None else problem.removeprefix("it ")
+
+
+def _private_group_write(st: os.stat_result) -> bool:
+    """Only the group write bit is set, and the group is the owner's own private one
+    (umask 002 on systems with a group per user)."""
+    if st.st_mode & stat.S_IWOTH or st.st_uid not in (os.geteuid(), 0):
+        return False
+    import grp
+    import pwd
+
+    try:
+        user, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return user.pw_gid == st.st_gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def _quoted(path: Path) -> str:
+    import shlex
+
+    return shlex.quote(str(path))

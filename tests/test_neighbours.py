@@ -1,0 +1,283 @@
+"""What a neighbour can steer (trust, third round): a store's own config file, the
+background check, folder and HTTP remotes, the observer, read-only stores, names
+that do not fit, logs. One test (or one parametrized group) per finding; those about
+another user run as a real second user (`nobody`, through setpriv, tests/hostile.py)
+and skip with the reason where that cannot be done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hostile
+from abicache import Cache, cc, config, settings_file
+from abicache.errors import ConfigError, UntrustedRootError
+from conftest import SRC
+from test_store_safety import _planted_store
+
+HOSTILE = pytest.mark.skipif(hostile.why_not() is not None, reason=str(hostile.why_not()))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():  # type: ignore[no-untyped-def]
+    settings_file.forget()
+    yield
+    settings_file.forget()
+    hostile.cleanup()
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    """`abicache ARGV` in a fresh process, with this test's environment."""
+    done = subprocess.run([sys.executable, "-m", "abicache", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    return done.returncode, done.stdout, done.stderr
+
+
+# ---- critical: the store's own config file chose whom the store trusts ----------------------------------------
+
+
+@HOSTILE
+def test_a_planted_store_file_cannot_name_the_attackers_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attacker makes the victim's root first (under a sticky public folder), writes
+    `shared = "<its own group>"` into its abicache.toml and plants the victim's next
+    library: the victim's load must refuse the root, and the planted code never runs."""
+    root = _planted_store(tmp_path, hostile.evil_library(tmp_path))
+    hostile.as_attacker("sh", "-c", f"printf 'shared = \"nogroup\"\\n' > '{root}/abicache.toml'")
+    mark = tmp_path / "PLANTED-CODE-RAN"
+    monkeypatch.setenv("ABICACHE_PLANTED_MARK", str(mark))
+    monkeypatch.setenv("ABICACHE_DIR", str(root))
+    assert config.text("ABICACHE_SHARED") == ""  # the store's file may not say it
+    with pytest.raises(UntrustedRootError, match="owned by uid 65534"):
+        cc.load_library("answer", [hostile.GOOD_C], cache=Cache(remote=False))
+    assert not mark.exists()
+
+
+@HOSTILE
+def test_a_store_file_written_by_another_user_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Inside the victim's own root, an abicache.toml that belongs to another user (or that
+    others may write) is not read at all: not even its size cap."""
+    root = tmp_path / "store"
+    Cache(root, remote=False).store.ensure()
+    planted = root / "abicache.toml"
+    planted.write_text('max_size = "1M"\n')
+    os.chown(planted, hostile.ATTACKER, hostile.ATTACKER)
+    monkeypatch.setenv("ABICACHE_DIR", str(root))
+    assert config.lookup("ABICACHE_MAX_SIZE") == (None, "default")
+    assert "owned by uid 65534" in capsys.readouterr().err
+    os.chown(planted, 0, 0)
+    planted.chmod(0o666)
+    settings_file.forget()
+    assert config.lookup("ABICACHE_MAX_SIZE") == (None, "default")
+    assert "writable by others" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, value, variable", [
+    ("shared", "users", "ABICACHE_SHARED"),
+    ("dir", "/tmp/elsewhere", "ABICACHE_DIR"),
+    ("remote", "file:///tmp/theirs", "ABICACHE_REMOTE"),
+    ("read_stores", "/tmp/theirs", "ABICACHE_READ_STORES"),
+    ("trusted_keys", "ed25519:AAAA", "ABICACHE_TRUSTED_KEYS"),
+    ("signing_key", "/tmp/key.pem", "ABICACHE_SIGNING_KEY"),
+    ("check", "1", "ABICACHE_CHECK"),
+    ("observe", "0", "ABICACHE_OBSERVE"),
+    ("sloppiness", "system_headers", "ABICACHE_SLOPPINESS"),
+    ("verify_age", "99999999", "ABICACHE_VERIFY_AGE"),
+    ("remote_mode", "read-write", "ABICACHE_REMOTE_MODE"),
+    ("build", "never", "ABICACHE_BUILD"),
+])
+def test_a_store_file_may_not_widen_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str,
+                                          variable: str) -> None:
+    """Even a store file of the user's own is the store's, and a shared store's is every
+    member's: it may not set whom the store trusts, nor loosen what a hit checks. The
+    refused key is named by `abicache config list` (exit 1) and changes nothing."""
+    root = tmp_path / "store"
+    Cache(root, remote=False).store.ensure()
+    (root / "abicache.toml").write_text(f"{key} = {json.dumps(value)}\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("ABICACHE_DIR", str(root))
+    if variable == "ABICACHE_DIR":
+        monkeypatch.delenv("ABICACHE_DIR")
+        (tmp_path / "xdg" / "abicache").mkdir(parents=True)
+        settings_file.user_file().write_text(f"dir = {json.dumps(str(root))}\n")
+    if variable == "ABICACHE_REMOTE_MODE":  # the user's own remote, which it only reads from
+        (tmp_path / "xdg" / "abicache").mkdir(parents=True)
+        settings_file.user_file().write_text(f'remote = "file://{tmp_path}/remote"\nremote_mode = "read"\n')
+    assert config.lookup(variable)[1] != str(root / "abicache.toml")
+    rc, out, err = _cli("config", "list", "--json")
+    assert rc == 1, err
+    refused = json.loads(out)["refused"]
+    assert f"{root / 'abicache.toml'}: {key}" in refused
+
+
+def test_a_store_file_may_tighten_and_set_the_stores_own_settings(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    Cache(root, remote=False).store.ensure()
+    (root / "abicache.toml").write_text('verify_age = 60\nmax_size = "2G"\nremote_mode = "read"\nobserve = 1\n')
+    (tmp_path / "xdg" / "abicache").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    settings_file.user_file().write_text('verify_age = 3600\nmax_size = "10G"\nobserve = 0\n')
+    monkeypatch.setenv("ABICACHE_DIR", str(root))
+    store = str(root / "abicache.toml")
+    assert config.lookup("ABICACHE_VERIFY_AGE") == ("60", store)
+    assert config.lookup("ABICACHE_MAX_SIZE") == ("2G", store)  # the store's own size cap comes first
+    assert config.lookup("ABICACHE_REMOTE_MODE") == ("read", store)
+    assert config.lookup("ABICACHE_OBSERVE") == ("1", store)  # the user turned it off; the store turns it on
+    assert Cache(root, remote=False).verify_age == 60
+
+
+def test_config_set_refuses_a_widening_value_in_the_store_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    monkeypatch.setenv("ABICACHE_DIR", str(root))
+    Cache(root, remote=False).store.ensure()
+    rc, _, err = _cli("config", "set", "shared", "users", "--store")
+    assert rc == 2 and "may not widen" in err and not (root / "abicache.toml").exists()
+    rc, _, err = _cli("config", "set", "verify_age", "99999999", "--store")
+    assert rc == 2 and "only tighten" in err
+    assert _cli("config", "set", "verify_age", "60", "--store")[0] == 0
+
+
+@pytest.mark.parametrize("how", ["writable-by-others", "symlink", "other-owner"])
+def test_a_user_file_others_could_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """The user's own file may set everything, so it must be the user's alone: ignoring it
+    would drop its trusted keys (a loosening), so it is an error naming the fix."""
+    if how == "other-owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    folder = tmp_path / "xdg" / "abicache"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    real = tmp_path / "real.toml"
+    real.write_text('max_size = "1G"\n')
+    target = folder / "config.toml"
+    if how == "symlink":
+        target.symlink_to(real)
+    else:
+        os.replace(real, target)
+        if how == "writable-by-others":
+            target.chmod(0o666)
+        else:
+            os.chown(target, 65534, 65534)
+    with pytest.raises(ConfigError, match="config.toml") as caught:
+        config.lookup("ABICACHE_MAX_SIZE")
+    assert "Fix:" in str(caught.value)
+
+
+def test_a_user_file_group_writable_by_a_private_group_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """umask 002 with a group per user (the common default): the file is the user's alone."""
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    try:
+        private = grp.getgrgid(me.pw_gid).gr_name == me.pw_name and not grp.getgrgid(me.pw_gid).gr_mem
+    except KeyError:
+        private = False
+    if not private:
+        pytest.skip(f"{me.pw_name}'s primary group is not a private group of its own")
+    folder = tmp_path / "xdg" / "abicache"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (folder / "config.toml").write_text('max_size = "1G"\n')
+    (folder / "config.toml").chmod(0o664)
+    assert config.lookup("ABICACHE_MAX_SIZE")[0] == "1G"
+
+
+def test_sloppiness_and_check_in_the_users_file_take_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`abicache config list` listed them, but they were read from the environment only."""
+    from abicache import check_spawn
+    from abicache.engine import roots
+
+    (tmp_path / "xdg" / "abicache").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    settings_file.user_file().write_text('sloppiness = "system_headers"\ncheck = 7\n')
+    assert roots.sloppy_system_headers()
+    assert check_spawn.every() == 7
+
+
+# ---- high: ABICACHE_CHECK ran `python -m abicache check` in the caller's folder, without a cap ----------------
+
+PLANTED_ARGPARSE = """
+import os
+open(os.environ["ABICACHE_PLANTED_MARK"], "w").close()
+raise SystemExit("planted argparse ran")
+"""
+CALLER = """
+import sys
+from abicache import Cache, cc
+cache = Cache(sys.argv[1], remote=False)
+for _ in range(int(sys.argv[2])):  # build_library: each call looks the entry up (load_library memoizes)
+    cc.build_library("add", ['extern "C" int add(int a, int b) { return a + b; }'], cache=cache)
+"""
+
+
+def _wait_for_checks(root: Path, timeout: float = 120) -> None:
+    """Until no background check of this store holds its slot."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout
+    for slot in (root / "v3" / "locks").glob("check-slot-*.lock"):
+        with open(slot, "rb") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "a background check still runs"
+                    time.sleep(0.1)
+
+
+def _checked(root: Path) -> list[dict]:
+    log = root / "v3" / "log" / "check.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_background_check_never_imports_from_the_callers_folder(tmp_path: Path) -> None:
+    """A module planted in the folder the caller runs from (a shared working folder) is
+    not imported by the check process: it runs isolated, in a private folder."""
+    import time
+
+    shared = tmp_path / "shared work folder"
+    shared.mkdir()
+    (shared / "argparse.py").write_text(PLANTED_ARGPARSE)
+    (shared / "json.py").write_text(PLANTED_ARGPARSE)
+    root, mark = tmp_path / "store", tmp_path / "PLANTED-CODE-RAN"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_PLANTED_MARK": str(mark), "ABICACHE_CHECK": "1"}
+    # -P: the caller itself does not put its folder on sys.path (it is not what is tested)
+    subprocess.run([sys.executable, "-P", "-c", CALLER, str(root), "2"], cwd=shared, env=env, check=True, timeout=120)
+    deadline = time.monotonic() + 120
+    while not _checked(root) and not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not mark.exists(), "the background check imported a module from the caller's folder"
+    assert [v["verdict"] for v in _checked(root)] == ["same"]
+
+
+def test_background_checks_are_bounded_per_store(tmp_path: Path) -> None:
+    """30 hits with ABICACHE_CHECK=1 start one check while it runs, not 30 rebuilds at once."""
+    root = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_CHECK": "1"}
+    subprocess.run([sys.executable, "-c", CALLER, str(root), "31"], env=env, check=True, timeout=120)
+    _wait_for_checks(root)
+    assert len(_checked(root)) == 1
+
+
+def test_no_second_check_of_an_entry_while_one_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache import check_spawn
+
+    monkeypatch.setattr(check_spawn, "SLOTS", 3)
+    cache = Cache(tmp_path / "store", remote=False)
+    lib = cc.build_library("add", ['extern "C" int add(int a, int b) { return a + b; }'], cache=cache)
+    assert check_spawn.start(cache, lib.key)
+    assert not check_spawn.start(cache, lib.key)  # the same entry: skipped, though slots are free
+    _wait_for_checks(cache.root)
+    assert check_spawn.start(cache, lib.key)  # once it has finished, it may be checked again
+    _wait_for_checks(cache.root)
+    assert [v["verdict"] for v in _checked(cache.root)] == ["same", "same"]
