@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -51,6 +52,17 @@ class Raw:
     def is_s3(self) -> bool:
         return self.url.startswith("s3://")
 
+    @property
+    def folder(self) -> Path | None:
+        """A file:// remote's folder (None for the servers)."""
+        return Path(self.url.removeprefix("file://")) if self.url.startswith("file://") else None
+
+    def _write(self, name: str, data: bytes) -> None:
+        assert self.folder is not None
+        path = self.folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
     def _s3_key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
 
@@ -58,18 +70,26 @@ class Raw:
         return f"{self.prefix}:v1:b:{sha}"
 
     def put_blob(self, sha: str, data: bytes) -> None:
-        if self.is_s3:
+        if self.folder is not None:
+            self._write(f"v1/blobs/{sha[:2]}/{sha}", data)
+        elif self.is_s3:
             self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"), Body=data)
         else:
             self.client.set(self._redis_blob(sha), data)
 
     def delete_blob(self, sha: str) -> None:
-        if self.is_s3:
+        if self.folder is not None:
+            (self.folder / f"v1/blobs/{sha[:2]}/{sha}").unlink()
+        elif self.is_s3:
             self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"))
         else:
             self.client.delete(self._redis_blob(sha))
 
     def manifests(self, kind: str, key: str) -> dict[str, bytes]:
+        if self.folder is not None:
+            folder = self.folder / f"v1/entries/{kind}/{key}"
+            return {p.name: p.read_bytes() for p in folder.glob("*") if not p.name.startswith(".")} \
+                if folder.is_dir() else {}
         if self.is_s3:
             prefix = self._s3_key(f"v1/entries/{kind}/{key}/")
             listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=prefix).get("Contents", [])
@@ -79,7 +99,9 @@ class Raw:
         return {k.decode(): v for k, v in found.items()}
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> None:
-        if self.is_s3:
+        if self.folder is not None:
+            self._write(f"v1/entries/{kind}/{key}/{variant}", data)
+        elif self.is_s3:
             self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/entries/{kind}/{key}/{variant}"),
                                    Body=data)
         else:
@@ -87,7 +109,12 @@ class Raw:
 
     def put_odd_manifest_name(self) -> None:
         """Names another tool (or a hostile writer) could leave: not kind/key/variant, not UTF-8."""
-        if self.is_s3:
+        if self.folder is not None:
+            for name in ("v1/entries/only-two", "v1/entries/a/b/c/d", "v1/entries/k/x/v",
+                         f"v1/entries/test/{'ab' * 32}/{'cd' * 8}"):  # the last: well named, unreadable
+                self._write(name, b"\xff{")
+            os.makedirs(os.fsencode(self.folder / "v1/entries/test") + b"/\xff\xfe", exist_ok=True)
+        elif self.is_s3:
             for name in ("v1/entries/only-two/parts", "v1/entries/a/b/c/d", "v1/entries/k/%ff%fe/v"):
                 self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(name), Body=b"{}")
         else:
@@ -95,17 +122,27 @@ class Raw:
             self.client.hset(f"{self.prefix}:v1:m:short", "v", b"{}")
 
     def count_manifests(self) -> int:
+        if self.folder is not None:
+            return sum(1 for p in self.folder.glob("v1/entries/*/*/*") if len(p.name) == 16 and p.is_file())
         if self.is_s3:
             listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/entries/"))
             return len(listed.get("Contents", []))
         return sum(self.client.hlen(k) for k in self.client.scan_iter(match=f"{self.prefix}:v1:m:*"))
 
 
-@pytest.fixture(params=["s3", "redis"])
+@pytest.fixture(params=["s3", "redis", "file"])
 def remote(request: pytest.FixtureRequest) -> tuple[str, Raw]:
-    """A fresh remote (its own prefix on a shared server) and a raw view of it."""
+    """A fresh remote (its own prefix on a shared server, or a folder of its own) and a raw view of it."""
+    return make_remote(request, request.param)
+
+
+def make_remote(request: pytest.FixtureRequest, engine: str) -> tuple[str, Raw]:
     prefix = uuid.uuid4().hex[:12]
-    if request.param == "s3":
+    if engine == "file":
+        folder = request.getfixturevalue("tmp_path") / f"remote folder {prefix}"
+        folder.mkdir()
+        return f"file://{folder}", Raw(f"file://{folder}", None, prefix)
+    if engine == "s3":
         endpoint = request.getfixturevalue("s3_endpoint")
         url = servers.s3_url(endpoint, prefix)
         return url, Raw(url, servers.raw_s3(endpoint), prefix)

@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "abicache"
 
 #: bottom first; each name is a top-level module or a subpackage of abicache
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "versions", "archs", "config", "settings_file", "progress", "elftables", "libload", "hip",
-     "records"},
+    {"_version", "errors", "versions", "archs", "config", "settings_file", "setting_sources", "owners", "progress",
+     "elftables", "libload", "hip", "records"},
     {"requirements"},
     {"env"},
     {"key", "audit"},
@@ -29,7 +29,7 @@ FLOORS: list[set[str]] = [
     {"cache", "artifact", "finding", "making", "single_flight", "counting"},
     {"engine"},
     {"cc", "cuda", "torch", "torch_compile", "triton", "triton_probes", "tvm_ffi", "patching", "dropin", "check",
-     "torch_lines"},
+     "check_spawn", "torch_lines"},
     {"cli"},
     {"__init__", "__main__"},
 ]

@@ -17,9 +17,16 @@ import pytest
 
 import servers
 from abicache import Cache, remote as remote_mod
-from remote_fixtures import Raw, redis_srv, remote, s3_endpoint  # noqa: F401  (fixtures)
+import remote_fixtures
+from remote_fixtures import Raw, redis_srv, s3_endpoint  # noqa: F401  (fixtures)
 
 NODE = str(Path(__file__).with_name("lease_node.py"))
+
+
+@pytest.fixture(params=["s3", "redis"])
+def remote(request: pytest.FixtureRequest) -> tuple[str, Raw]:
+    """The engines that keep leases (a file:// remote keeps none: its lease setting is 0)."""
+    return remote_fixtures.make_remote(request, request.param)
 
 
 @pytest.fixture(autouse=True)

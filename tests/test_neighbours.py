@@ -281,3 +281,118 @@ def test_no_second_check_of_an_entry_while_one_runs(tmp_path: Path, monkeypatch:
     assert check_spawn.start(cache, lib.key)  # once it has finished, it may be checked again
     _wait_for_checks(cache.root)
     assert [v["verdict"] for v in _checked(cache.root)] == ["same", "same"]
+
+
+# ---- high / medium: folder and HTTP remotes --------------------------------------------------------------------
+
+ENTRY = {"extra": {"what": "a folder remote's entry"}}
+FETCH = """
+import json, sys, time, warnings
+from abicache import Cache
+warnings.simplefilter("ignore")
+start = time.monotonic()
+art = Cache(sys.argv[1], remote=sys.argv[2]).get_or_build("test", "e", {"extra": {"what": "a folder remote's entry"}},
+                                                          lambda out: (out / "f.bin").write_bytes(b"built here"))
+print(json.dumps({"origin": art.origin, "data": art.file("f.bin").read_text(), "seconds": time.monotonic() - start}))
+"""
+
+
+def _published(tmp_path: Path) -> tuple[str, Path]:
+    """An entry published to a fresh folder remote; (its URL, its blob's path)."""
+    from conftest import writer
+
+    folder = tmp_path / "remote folder"
+    url = f"file://{folder}"
+    Cache(tmp_path / "publisher", remote=url).get_or_build("test", "e", ENTRY, writer({"f.bin": b"published"}))
+    (blob,) = [p for p in folder.glob("v1/blobs/*/*") if not p.name.startswith(".")]
+    return url, blob
+
+
+def _fetch(tmp_path: Path, url: str, timeout: float = 60) -> dict:
+    done = subprocess.run([sys.executable, "-c", FETCH, str(tmp_path / "reader"), url], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_REMOTE_TIMEOUT": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there(tmp_path: Path) -> None:
+    """The folder backend listed blob folders, not blob files: every manifest "named a blob
+    the remote lacks", and prune deleted every entry."""
+    from abicache.cli.main import main
+
+    url, _ = _published(tmp_path)
+    assert main(["remote", "prune", "--grace", "0s", "--root", str(tmp_path / "pruner"), "--remote", url]) == 0
+    got = _fetch(tmp_path, url)
+    assert got["origin"] == "remote" and got["data"] == "published", got
+
+
+def test_prune_never_writes_through_a_link_in_the_marks_folder(tmp_path: Path) -> None:
+    """A folder named like a digest among the blobs, a blob no manifest names, and links named
+    like both digests in v1/gc/: the pruning user (often root) must create nothing outside."""
+    from abicache.cli.main import main
+
+    url, blob = _published(tmp_path)
+    folder = Path(url.removeprefix("file://"))
+    fake, orphan = "ab" * 32, "cd" * 32
+    (folder / "v1" / "blobs" / "ab" / fake).mkdir(parents=True)
+    (folder / "v1" / "blobs" / "cd").mkdir()
+    (folder / "v1" / "blobs" / "cd" / orphan).write_bytes(b"unnamed")
+    (folder / "v1" / "gc").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for sha in (fake, orphan):
+        (folder / "v1" / "gc" / sha).symlink_to(outside / f"written-through-{sha[:2]}")
+    assert main(["remote", "prune", "--grace", "1h", "--root", str(tmp_path / "pruner"), "--remote", url]) == 0
+    assert list(outside.iterdir()) == []
+    assert (folder / "v1" / "gc" / orphan).is_file() and not (folder / "v1" / "gc" / orphan).is_symlink()
+
+
+@pytest.mark.parametrize("plant", ["fifo", "link-to-dev-zero"])
+def test_a_special_file_at_a_blob_path_is_refused_within_the_timeout(tmp_path: Path, plant: str) -> None:
+    """A FIFO at a blob's path hung every reader for ever (a plain open() of a FIFO waits for a
+    writer); a link to /dev/zero was stopped by size alone. Both are refused at once."""
+    url, blob = _published(tmp_path)
+    blob.unlink()
+    if plant == "fifo":
+        os.mkfifo(blob)
+    else:
+        blob.symlink_to("/dev/zero")
+    got = _fetch(tmp_path, url, timeout=60)
+    assert got["origin"] == "built" and got["data"] == "built here" and got["seconds"] < 15, got
+
+
+def test_a_hung_folder_call_is_bounded(tmp_path: Path) -> None:
+    """A call on a hung mount cannot be interrupted: the caller stops waiting for it."""
+    import threading
+    import time
+
+    from abicache.errors import RemoteError
+    from abicache.remote.folder import bounded
+
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match="no answer in 0.5 s"):
+        bounded(lambda: release.wait(30), 0.5, "listing a hung mount")
+    release.set()
+    assert time.monotonic() - start < 5
+
+
+def test_an_http_remote_that_drips_its_headers_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
+    """A server that sends a byte every half second, status line and headers included: the
+    socket's timeout restarts with every byte; the request's deadline does not."""
+    import time
+
+    from servers import drip_proxy, static_server
+
+    url, _ = _published(tmp_path)
+    folder = Path(url.removeprefix("file://"))
+    path = folder.name.replace(" ", "%20")
+    with static_server(str(folder.parent), "python") as (base, _):
+        upstream = int(base.rsplit(":", 1)[1])
+        with drip_proxy(upstream, 0.0) as port:  # the same path through the proxy, at speed: a hit
+            assert _fetch(tmp_path / "fast", f"http://127.0.0.1:{port}/{path}")["origin"] == "remote"
+        with drip_proxy(upstream, 0.5) as port:
+            start = time.monotonic()
+            got = _fetch(tmp_path / "slow", f"http://127.0.0.1:{port}/{path}", timeout=90)
+            took = time.monotonic() - start
+    assert got["origin"] == "built" and took < 20, (got, took)

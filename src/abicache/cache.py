@@ -22,7 +22,7 @@ from .single_flight import SingleFlight
 from .store import Store
 from .store import deps as depcheck, transient
 from .store.manifest import FILENAME as MANIFEST_FILE  # noqa: F401  (what a variant folder holds)
-from .store.trust import group_setting
+from .owners import group_setting
 
 if TYPE_CHECKING:
     from .explain import Explanation

@@ -106,7 +106,7 @@ def lookup(name: str) -> tuple[str | None, str]:
         return os.environ[name], "environment"
     from . import setting_sources
 
-    return tuple(setting_sources.lookup(name, VARIABLES[name][0]))  # type: ignore[return-value]
+    return tuple(setting_sources.lookup(name, VARIABLES, default_root))  # type: ignore[return-value]
 
 
 def _raw(name: str, default: str | None = None) -> str:

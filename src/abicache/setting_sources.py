@@ -28,9 +28,10 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from . import settings_file
+from .owners import Trust, group_setting
 
 #: settings that choose whom the store trusts or what is loaded: the environment and
 #: the user's own file only
@@ -69,16 +70,18 @@ _file_problems: dict[str, str] = {}  # a file that was not read -> why
 _verdicts: dict[tuple[str, str | None, bool], str | None] = {}
 
 
-def lookup(name: str, default: str) -> Found:
-    """The value of one setting and where it comes from (see the module's text)."""
+def lookup(name: str, variables: Mapping[str, tuple[str, str]], root: Callable[[], Path]) -> Found:
+    """The value of one setting and where it comes from (see the module's text). variables:
+    config.VARIABLES (each one's default first); root: the store's root (config.default_root)."""
+    default = variables[name][0]
     if name in os.environ:
         return Found(os.environ[name], "environment")
     key = settings_file.key_of(name)
     user_path = settings_file.user_file()
-    user = user_values(user_path).get(key)
+    user = user_values(user_path, variables).get(key)
     if name in USER_ONLY:
         return Found(user, str(user_path)) if user is not None else Found(None, "default")
-    store_path, store = _store_values()
+    store_path, store = _store_values(variables, root())
     value = store.get(key)
     if value is not None and name in TIGHTEN_ONLY:
         tighter, what = TIGHTEN_ONLY[name]
@@ -93,7 +96,7 @@ def lookup(name: str, default: str) -> Found:
     return Found(user, str(user_path)) if user is not None else Found(None, "default")
 
 
-def store_refusal(name: str, value: str) -> str | None:
+def store_refusal(name: str, value: str, variables: Mapping[str, tuple[str, str]]) -> str | None:
     """Why a store's file may not hold this value of this setting (`config set --store`), or None."""
     key = settings_file.key_of(name)
     if name in USER_ONLY:
@@ -101,13 +104,13 @@ def store_refusal(name: str, value: str) -> str | None:
                 "a store's file may not widen whom it trusts")
     if name in TIGHTEN_ONLY:
         tighter, what = TIGHTEN_ONLY[name]
-        current = user_values(settings_file.user_file()).get(key, _variables()[name][0])
+        current = user_values(settings_file.user_file(), variables).get(key, variables[name][0])
         if not tighter(value, current) and value.strip().lower() != current.strip().lower():
             return f"a store's file may only tighten {key} (to {what}), not loosen it"
     return None
 
 
-def user_values(path: Path) -> dict[str, str]:
+def user_values(path: Path, variables: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     """The user's file's settings; ConfigError if it exists but others could have written it
     (its settings, trusted keys included, are the user's: ignoring them would loosen them)."""
     from .errors import ConfigError
@@ -116,29 +119,26 @@ def user_values(path: Path) -> dict[str, str]:
     if problem is not None and problem != "absent":
         raise ConfigError(f"config file {path}: {problem}; others could choose your settings. "
                           f"Fix: chmod go-w -- {_quoted(path)} (a regular file of yours), or remove it")
-    return settings_file.values(path, _variables()) if problem is None else {}
+    return settings_file.values(path, variables) if problem is None else {}
 
 
-def _store_values() -> tuple[Path, dict[str, str]]:
+def _store_values(variables: Mapping[str, tuple[str, str]], root: Path) -> tuple[Path, dict[str, str]]:
     """The store's file and its settings, {} where the root or the file fails the owner check,
     less the keys it may never set."""
-    from . import config
-
-    root = config.default_root()
     path = settings_file.store_file(root)
-    group = _group()
+    group = group_setting(lookup("ABICACHE_SHARED", variables, lambda: root).value)
     problem = _verdict(root, group, folder=True) or _verdict(path, group)
     if problem is not None:
         if problem != "absent" and str(path) not in _file_problems:
             _file_problems[str(path)] = problem
             print(f"abicache: {path}: not read: {problem}", file=sys.stderr)
         return path, {}
-    found = settings_file.values(path, _variables())
+    found = settings_file.values(path, variables)
     kept = {}
     for key, value in found.items():
         name = f"ABICACHE_{key.upper()}" if key != "max_jobs" else "MAX_JOBS"
         if name in USER_ONLY:
-            _refuse(path, key, str(store_refusal(name, value)))
+            _refuse(path, key, str(store_refusal(name, value, variables)))
         else:
             kept[key] = value
     return path, kept
@@ -155,6 +155,9 @@ def forget() -> None:
     _verdicts.clear()
 
 
+settings_file.forgetters.append(forget)
+
+
 def _verdict(path: Path, group: str | None, *, folder: bool = False) -> str | None:
     memo = (os.fspath(path), group, folder)
     if memo not in _verdicts:
@@ -167,19 +170,6 @@ def _refuse(path: Path, key: str, why: str) -> None:
     if label not in _refused:
         _refused[label] = why
         print(f"abicache: {label}: ignored: {why}", file=sys.stderr)
-
-
-def _group() -> str | None:
-    from .config import text
-    from .store.trust import group_setting
-
-    return group_setting(text("ABICACHE_SHARED"))
-
-
-def _variables() -> dict[str, tuple[str, str]]:
-    from .config import VARIABLES
-
-    return VARIABLES
 
 
 def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str | None:
@@ -198,8 +188,6 @@ def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str 
         return "is not a regular file" if not folder else "is not a folder"
     if not hasattr(os, "geteuid"):
         return None
-    from .store.trust import Trust
-
     trust = Trust(group)
     problem = trust.problem(st, "it")
     if problem is not None and group is None and _private_group_write(st):

@@ -21,7 +21,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 PREFIX = "ABICACHE_"
 STORE_FILE = "abicache.toml"
@@ -56,12 +56,15 @@ def values(path: Path, variables: Iterable[str]) -> dict[str, str]:
     return _read[key]
 
 
+#: what else remembers a file's verdict (setting_sources registers itself): cleared by forget()
+forgetters: list[Callable[[], None]] = []
+
+
 def forget() -> None:
     """Read the files again on next use (tests, `abicache config set`)."""
-    from . import setting_sources
-
     _read.clear()
-    setting_sources.forget()
+    for clear in forgetters:
+        clear()
 
 
 def read_text(path: Path) -> str:

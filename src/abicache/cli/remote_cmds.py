@@ -47,19 +47,20 @@ def _report(args: argparse.Namespace, cache: Cache, title: str, rows: list[dict[
         render.table(f"{title} {cache.remote.name}", ["kind", "name", "key", "variant", "result"],
                      [(r["kind"], r["name"], r["key"][:12], r["variant"][:8], r["result"]) for r in rows])
         render.say(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing to do")
-        for why, n in sorted(_refusal_kinds(rows).items(), key=lambda kv: -kv[1]):
+        for why, n in sorted(_refusal_kinds(rows, cache.remote.name).items(), key=lambda kv: -kv[1]):
             render.say(f"[yellow]refused {n} {'entry' if n == 1 else 'entries'}[/]: {why}")
         if cache.remote.down:
             render.say(f"[red]the remote failed: {cache.remote.down}[/]")
     return 1 if failed or cache.remote.down else 0
 
 
-def _refusal_kinds(rows: list[dict[str, str]]) -> dict[str, int]:
-    """Refusals by kind of reason (the entry named in each left out): one line per kind, not per entry."""
+def _refusal_kinds(rows: list[dict[str, str]], remote: str) -> dict[str, int]:
+    """Refusals by kind of reason (the entry named in each left out): one line per kind, not per entry.
+    The remote's name is cut off as it is (a folder's may hold spaces)."""
     kinds: dict[str, int] = {}
     for row in rows:
         for reason in filter(None, row.get("why", "").split("; ")):
-            text = re.sub(r"^refused from remote \S+: ", "", reason)
+            text = reason.removeprefix(f"refused from remote {remote}: ")
             text = re.sub(r"^remote manifest \S+:? ", "remote manifest ", text)
             kinds[text] = kinds.get(text, 0) + 1
     return kinds

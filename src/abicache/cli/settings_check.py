@@ -12,7 +12,7 @@ from ..errors import ConfigError
 
 
 def problems() -> dict[str, str]:
-    from ..store.trust import group_setting
+    from ..owners import group_setting
 
     checks: dict[str, Callable[[], object]] = {
         "ABICACHE_VERIFY_AGE": lambda: config.seconds("ABICACHE_VERIFY_AGE"),

@@ -13,19 +13,32 @@ temporary name and hard-linked into place (the link fails if one is there).
 Blobs are written to a temporary name and renamed. Build leases are not kept
 (a folder is a place to publish, not a fleet's meeting point: ABICACHE_REMOTE_LEASE
 is 0 for it); every OSError is a RemoteError, so a missing mount fails open.
+
+Bounded before trusted, as the other engines: only regular files are read, opened by
+descriptor without following a link and without blocking (a FIFO planted at a blob's
+path would hang a plain open() for ever) and checked by fstat against the size
+announced for them; gc marks are made with O_EXCL | O_NOFOLLOW; and every call runs
+against a deadline (ABICACHE_REMOTE_TIMEOUT, plus size / MIN_RATE for a blob), so a
+hung mount makes a RemoteError, not a hung process.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import RemoteError
-from .backend import CHUNK, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
+from .backend import CHUNK, MIN_RATE, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
 from .url import RemoteURL
+
+_T = TypeVar("_T")
+#: open a file of the remote: no link followed, no wait on a FIFO or device
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 #: the per-key index a static server serves in place of a listing
 INDEX_SUFFIX = ".variants"
@@ -54,9 +67,33 @@ def parse_index(data: bytes, limit: int) -> list[Listed]:
     return out
 
 
+def bounded(call: Callable[[], _T], seconds: float, what: str) -> _T:
+    """call() in a thread of its own, or RemoteError after `seconds`: a file system call
+    on a hung mount cannot be interrupted, so the caller stops waiting for it instead (the
+    thread is a daemon: it never holds up the process's exit)."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller as it is)
+            box.append((False, exc))
+
+    worker = threading.Thread(target=run, name="abicache-folder-remote", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not box:
+        raise RemoteError(f"{what}: no answer in {seconds:.1f} s (a hung mount?); ABICACHE_REMOTE_TIMEOUT sets it")
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
 class FolderBackend(Static):
     def __init__(self, url: RemoteURL, timeout: float) -> None:
         self._root = Path("/" + url.path)
+        self._timeout = timeout
 
     def _p(self, name: str) -> Path:
         return self._root / name
@@ -64,7 +101,13 @@ class FolderBackend(Static):
     def _fail(self, what: str, exc: OSError) -> RemoteError:
         return RemoteError(f"{what} in {self._root} failed ({exc.strerror or exc})")
 
+    def _bounded(self, call: Callable[[], _T], what: str, size: int = 0) -> _T:
+        return bounded(call, self._timeout + size / MIN_RATE, f"{what} in {self._root}")
+
     def variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
+        return self._bounded(lambda: self._variant_list(kind, key, limit), f"listing {kind}/{key[:16]}")
+
+    def _variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
         folder = self._p(entry_prefix(kind, key))
         try:
             with os.scandir(folder) as it:
@@ -76,15 +119,30 @@ class FolderBackend(Static):
             raise self._fail(f"listing {kind}/{key[:16]}", exc) from None
 
     def read_manifest(self, kind: str, key: str, variant: str, limit: int) -> bytes | None:
-        return self._read(entry_prefix(kind, key) + variant, limit)
+        name = entry_prefix(kind, key) + variant
+        return self._bounded(lambda: self._read(name, limit), f"reading {name}", limit)
 
-    def _read(self, name: str, limit: int) -> bytes | None:
+    def _open(self, name: str) -> int | None:
+        """A descriptor of the regular file at name (None if there is none); RemoteError for
+        anything else there (a link, a FIFO, a device, a folder)."""
         try:
-            fd = os.open(self._p(name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(self._p(name), _READ_FLAGS)
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RemoteError(f"{name} in {self._root} is a symbolic link, not a file: refused") from None
             raise self._fail(f"reading {name}", exc) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise RemoteError(f"{name} in {self._root} is not a regular file (mode {mode:o}): refused")
+        return fd
+
+    def _read(self, name: str, limit: int) -> bytes | None:
+        fd = self._open(name)
+        if fd is None:
+            return None
         try:
             if os.fstat(fd).st_size > limit:
                 return None
@@ -96,6 +154,10 @@ class FolderBackend(Static):
             os.close(fd)
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
+        return self._bounded(lambda: self._put_manifest(kind, key, variant, data),
+                             f"publishing {kind}/{key[:16]}/{variant}", len(data))
+
+    def _put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> bool:
         final = self._p(entry_prefix(kind, key) + variant)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +174,7 @@ class FolderBackend(Static):
             raise self._fail(f"publishing {kind}/{key[:16]}/{variant}", exc) from None
 
     def _write_index(self, kind: str, key: str) -> None:
-        lines = [f"{v.name} {v.size} {v.written:.3f}\n" for v in self.variant_list(kind, key, 4096)]
+        lines = [f"{v.name} {v.size} {v.written:.3f}\n" for v in self._variant_list(kind, key, 4096)]
         final = self._p(index_name(kind, key))
         os.replace(self._temp(final, "".join(sorted(lines)).encode()), final)
 
@@ -127,37 +189,60 @@ class FolderBackend(Static):
         return temp
 
     def put_name(self, kind: str, digest: str, key: str) -> None:
+        self._bounded(lambda: self._put_name(kind, digest, key), f"recording {kind} name {digest[:12]}")
+
+    def _put_name(self, kind: str, digest: str, key: str) -> None:
         folder = self._p(names_prefix(kind, digest))
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / key).touch()
-            listed = "".join(f"{k}\n" for k in self.keys_named(kind, digest, 4096))
+            _mark(folder / key)
+            listed = "".join(f"{k}\n" for k in self._keys_named(kind, digest, 4096))
             final = self._p(names_index(kind, digest))
             os.replace(self._temp(final, listed.encode()), final)
         except OSError as exc:
             raise self._fail(f"recording {kind} name {digest[:12]}", exc) from None
 
     def keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
+        return self._bounded(lambda: self._keys_named(kind, digest, limit), f"listing {kind} name {digest[:12]}")
+
+    def _keys_named(self, kind: str, digest: str, limit: int) -> list[str]:
         return [k for k in _names(self._p(names_prefix(kind, digest)), files=True) if len(k) == 64][:limit]
 
     def has_blob(self, sha256: str) -> bool:
-        return self._p(blob_name(sha256)).is_file()
+        return self._bounded(lambda: _is_file(self._p(blob_name(sha256))), f"looking for blob {sha256[:16]}")
 
     def read_blob(self, sha256: str, size: int, sink: Sink) -> bool:
+        stop = threading.Event()  # set when the caller stopped waiting: the sink is its no longer
         try:
-            with open(self._p(blob_name(sha256)), "rb") as fh:
-                while chunk := fh.read(CHUNK):
+            return self._bounded(lambda: self._read_blob(sha256, size, sink, stop), f"reading blob {sha256[:16]}",
+                                 size)
+        finally:
+            stop.set()
+
+    def _read_blob(self, sha256: str, size: int, sink: Sink, stop: threading.Event) -> bool:
+        name = blob_name(sha256)
+        fd = self._open(name)
+        if fd is None:
+            return False
+        try:
+            left = size + 1  # one byte past the announced size is enough for the verifier to refuse it
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                while left > 0 and (chunk := fh.read(min(CHUNK, left))) and not stop.is_set():
+                    left -= len(chunk)
                     sink(chunk)
             return True
-        except FileNotFoundError:
-            return False
         except OSError as exc:
             raise self._fail(f"reading blob {sha256[:16]}", exc) from None
+        finally:
+            os.close(fd)
 
     def write_blob(self, sha256: str, path: Path, size: int, advance: Advance) -> None:
+        self._bounded(lambda: self._write_blob(sha256, path, advance), f"uploading blob {sha256[:16]}", size)
+
+    def _write_blob(self, sha256: str, path: Path, advance: Advance) -> None:
         final = self._p(blob_name(sha256))
         try:
-            if final.is_file():
+            if _is_file(final):
                 return
             final.parent.mkdir(parents=True, exist_ok=True)
             temp = final.with_name(f".{final.name}.{os.getpid()}-{time.monotonic_ns()}")
@@ -172,9 +257,12 @@ class FolderBackend(Static):
         except OSError as exc:
             raise self._fail(f"uploading blob {sha256[:16]}", exc) from None
 
+    def _listed(self, folder: str, files: bool = False) -> list[str]:
+        return self._bounded(lambda: _names(self._p(folder), files), f"listing {folder}")
+
     def entries(self) -> Iterator[tuple[str, str]]:
-        for kind in _names(self._p("v1/entries")):
-            for key in _names(self._p(f"v1/entries/{kind}")):
+        for kind in self._listed("v1/entries"):
+            for key in self._listed(f"v1/entries/{kind}"):
                 if len(key) == 64:
                     yield kind, key
 
@@ -184,13 +272,19 @@ class FolderBackend(Static):
                 yield Listed(f"{kind}/{key}/{item.name}", item.size, item.written)
 
     def blobs(self) -> Iterator[Listed]:
-        for prefix in _names(self._p("v1/blobs")):
-            for name in _names(self._p(f"v1/blobs/{prefix}")):
+        """Every blob: the regular files of v1/blobs/<2 hex>/ named by a digest (a folder or a
+        link named like one is no blob: listing folders here once made prune think every
+        manifest named a missing blob)."""
+        for prefix in self._listed("v1/blobs"):
+            for name in self._listed(f"v1/blobs/{prefix}", files=True):
                 if len(name) == 64:
-                    st = os.stat(self._p(f"v1/blobs/{prefix}/{name}"))
+                    st = self._bounded(lambda: os.lstat(self._p(f"v1/blobs/{prefix}/{name}")), f"blob {name[:16]}")
                     yield Listed(name, st.st_size, st.st_mtime)
 
     def delete_manifest(self, kind: str, key: str, variant: str) -> None:
+        self._bounded(lambda: self._delete_manifest(kind, key, variant), f"deleting {kind}/{key[:16]}/{variant}")
+
+    def _delete_manifest(self, kind: str, key: str, variant: str) -> None:
         try:
             os.unlink(self._p(entry_prefix(kind, key) + variant))
             self._write_index(kind, key)
@@ -200,6 +294,9 @@ class FolderBackend(Static):
             raise self._fail(f"deleting {kind}/{key[:16]}/{variant}", exc) from None
 
     def delete_blob(self, sha256: str) -> None:
+        self._bounded(lambda: self._delete_blob(sha256), f"deleting blob {sha256[:16]}")
+
+    def _delete_blob(self, sha256: str) -> None:
         try:
             os.unlink(self._p(blob_name(sha256)))
         except FileNotFoundError:
@@ -209,23 +306,60 @@ class FolderBackend(Static):
 
     def marks(self) -> dict[str, float]:
         folder = self._p("v1/gc")
-        return {name: os.stat(folder / name).st_mtime for name in _names(folder, files=True) if len(name) == 64}
+
+        def read() -> dict[str, float]:
+            return {name: os.lstat(folder / name).st_mtime for name in _names(folder, files=True) if len(name) == 64}
+
+        return self._bounded(read, "reading gc marks")
 
     def set_marks(self, marks: dict[str, float]) -> None:
         folder = self._p("v1/gc")
-        folder.mkdir(parents=True, exist_ok=True)
-        for sha in marks:
-            (folder / sha).touch()
+
+        def write() -> None:
+            folder.mkdir(parents=True, exist_ok=True)
+            for sha in marks:
+                _mark(folder / sha)
+
+        self._bounded(write, "marking unnamed blobs")
 
     def clear_marks(self, shas: list[str]) -> None:
-        for sha in shas:
-            try:
-                os.unlink(self._p(f"v1/gc/{sha}"))
-            except FileNotFoundError:
-                pass
+        def clear() -> None:
+            for sha in shas:
+                try:
+                    os.unlink(self._p(f"v1/gc/{sha}"))
+                except (FileNotFoundError, IsADirectoryError):
+                    pass
+
+        self._bounded(clear, "clearing gc marks")
 
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
         raise RemoteError(f"a folder remote ({self._root}) keeps no build leases (its settings' lease is 0)")
+
+
+def _is_file(path: Path) -> bool:
+    """A regular file there (a link to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _mark(path: Path) -> None:
+    """An empty file at path, made now or touched if one is there, without following a link:
+    a link planted there is removed, never written through (the pruning user is often root)."""
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644))
+            return
+        except FileExistsError:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                os.utime(path, follow_symlinks=False)
+                return
+            if stat.S_ISDIR(st.st_mode):
+                raise RemoteError(f"{path} is a folder where a mark file belongs: remove it") from None
+            os.unlink(path)  # a link, a FIFO: not ours
+    raise RemoteError(f"{path} keeps being replaced while it is written")
 
 
 def _names(folder: Path, files: bool = False) -> list[str]:

@@ -2,17 +2,22 @@
 that serves a folder remote (remote/folder.py: `abicache push --remote file:///srv/www/abicache`).
 
 Nothing is listed: a key's variants come from its index file (folder.INDEX_SUFFIX).
-Bounded before trusted, as the other engines: every request has a total deadline
-(the connection and each read time out after ABICACHE_REMOTE_TIMEOUT, and a
-download may take that plus size / MIN_RATE in all: a server that drips a byte a
-second is cut off), and nothing is read past the size announced for it (an index
-or manifest past its limit is not read at all; a blob is streamed to the verifier,
-which stops at its manifest's size). It is read-only: a write is a RemoteError
-naming the folder remote to publish with. Standard library only (urllib).
+Bounded before trusted, as the other engines: every request has one deadline for
+the whole of it, status line, headers and body together (ABICACHE_REMOTE_TIMEOUT,
+plus size / MIN_RATE for what it may download): a watchdog shuts its socket down
+when the deadline passes, so a server that drips a byte a second is cut off
+wherever it drips (a socket timeout alone restarts with every byte). Nothing is read
+past the size announced for it (an index or manifest past its limit is not read at
+all; a blob is streamed to the verifier, which stops at its manifest's size). It is
+read-only: a write is a RemoteError naming the folder remote to publish with.
+Standard library only (urllib, whose proxies and redirects it keeps).
 """
 
 from __future__ import annotations
 
+import http.client
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +31,74 @@ from .url import RemoteURL
 _READ = 64 << 10
 
 
+class _Deadline:
+    """One request's deadline: every connection made for it (a redirect makes another) is
+    shut down when it passes, whatever the server is sending."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.passed = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if not self.passed:
+                return
+        self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.passed = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Any:
+    """A connection class of `base` whose sockets the deadline shuts down."""
+
+    class Watched(base):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    return Watched
+
+
+class _Handler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: Any) -> Any:
+        return self.do_open(_watched(http.client.HTTPConnection, self._deadline), req)
+
+
+class _TLSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline, context: Any) -> None:
+        super().__init__(context=context)
+        self._deadline = deadline
+
+    def https_open(self, req: Any) -> Any:
+        return self.do_open(_watched(http.client.HTTPSConnection, self._deadline), req,
+                            context=self._context)
+
+
 class HttpBackend(Static):
     def __init__(self, url: RemoteURL, timeout: float) -> None:
         self._base = f"{url.scheme}://{url.location}/{url.path}".rstrip("/") + "/"
@@ -33,41 +106,58 @@ class HttpBackend(Static):
         self._timeout = timeout
         self._context = _tls_context(url.option("ca")) if url.scheme == "https" else None
 
-    def _open(self, name: str, method: str = "GET") -> Any:
+    def _open(self, name: str, deadline: _Deadline, method: str = "GET") -> Any:
         """The response, or None for a 404; RemoteError for anything else."""
         request = urllib.request.Request(self._base + name, method=method,
                                          headers={"User-Agent": "abicache", "Accept-Encoding": "identity"})
+        opener = urllib.request.build_opener(_Handler(deadline), _TLSHandler(deadline, self._context))
         try:
-            return urllib.request.urlopen(request, timeout=self._timeout, context=self._context)
+            return opener.open(request, timeout=self._timeout)
         except urllib.error.HTTPError as exc:
             if exc.code in (403, 404, 410):  # a static server or bucket says "not there" with either
                 exc.close()
                 return None
             raise RemoteError(f"GET {self._shown}/{name}: HTTP {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise RemoteError(f"GET {self._shown}/{name} failed ({first_line(exc)})") from None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise self._failed(name, deadline, exc) from None
+
+    def _failed(self, name: str, deadline: _Deadline, exc: BaseException) -> RemoteError:
+        if deadline.passed:
+            return RemoteError(f"GET {self._shown}/{name}: too slow (no whole answer within its deadline: "
+                               f"{self._timeout} s + {MIN_RATE >> 20} MiB/s; ABICACHE_REMOTE_TIMEOUT sets it)")
+        return RemoteError(f"GET {self._shown}/{name} failed ({first_line(exc)})")
+
+    def _request(self, name: str, size: int, method: str = "GET") -> tuple[Any, _Deadline]:
+        deadline = _Deadline(self._timeout + size / MIN_RATE)
+        try:
+            return self._open(name, deadline, method), deadline
+        except BaseException:
+            deadline.cancel()
+            raise
 
     def _get(self, name: str, limit: int) -> bytes | None:
         """At most limit bytes; None if absent or larger (its announced length is checked first)."""
-        response = self._open(name)
+        response, deadline = self._request(name, limit)
         if response is None:
+            deadline.cancel()
             return None
-        with response:
-            length = response.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > limit:
-                return None
-            chunks, size, deadline = [], 0, time.monotonic() + self._timeout + limit / MIN_RATE
-            try:
+        chunks, size = [], 0
+        try:
+            with response:
+                length = response.headers.get("Content-Length")
+                if length is not None and length.isdigit() and int(length) > limit:
+                    return None
                 while chunk := response.read(min(_READ, limit + 1 - size)):
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > limit:
                         return None
-                    if time.monotonic() > deadline:
-                        raise RemoteError(f"GET {self._shown}/{name}: too slow (over {self._timeout} s "
-                                          f"+ {MIN_RATE >> 20} MiB/s)")
-            except OSError as exc:
-                raise RemoteError(f"GET {self._shown}/{name} failed ({first_line(exc)})") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._failed(name, deadline, exc) from None
+        finally:
+            deadline.cancel()
+        if deadline.passed:  # cut short: what came is not the whole file
+            raise self._failed(name, deadline, TimeoutError())
         return b"".join(chunks)
 
     def variant_list(self, kind: str, key: str, limit: int) -> list[Listed]:
@@ -83,7 +173,8 @@ class HttpBackend(Static):
         return [k for k in keys if len(k) == 64 and all(c in "0123456789abcdef" for c in k)][:limit]
 
     def has_blob(self, sha256: str) -> bool:
-        response = self._open(blob_name(sha256), "HEAD")
+        response, deadline = self._request(blob_name(sha256), 0, "HEAD")
+        deadline.cancel()
         if response is None:
             return False
         response.close()
@@ -91,18 +182,20 @@ class HttpBackend(Static):
 
     def read_blob(self, sha256: str, size: int, sink: Sink) -> bool:
         name = blob_name(sha256)
-        response = self._open(name)
+        response, deadline = self._request(name, size)
         if response is None:
+            deadline.cancel()
             return False
-        deadline = time.monotonic() + self._timeout + size / MIN_RATE
-        with response:
-            try:
+        try:
+            with response:
                 while chunk := response.read(CHUNK):
                     sink(chunk)  # the verifier raises once more than `size` bytes came
-                    if time.monotonic() > deadline:
-                        raise RemoteError(f"GET {self._shown}/{name}: too slow")
-            except OSError as exc:
-                raise RemoteError(f"GET {self._shown}/{name} failed ({first_line(exc)})") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._failed(name, deadline, exc) from None
+        finally:
+            deadline.cancel()
+        if deadline.passed:
+            raise self._failed(name, deadline, TimeoutError())
         return True
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
