@@ -146,7 +146,12 @@ def make_remote(request: pytest.FixtureRequest, engine: str) -> tuple[str, Raw]:
         endpoint = request.getfixturevalue("s3_endpoint")
         url = servers.s3_url(endpoint, prefix)
         return url, Raw(url, servers.raw_s3(endpoint), prefix)
-    server = request.getfixturevalue("redis_srv")
+    return make_remote_for(request.getfixturevalue("redis_srv"), prefix)
+
+
+def make_remote_for(server: servers.RedisServer, prefix: str | None = None) -> tuple[str, Raw]:
+    """A fresh prefix on a Redis server, and a raw view of it."""
+    prefix = prefix or uuid.uuid4().hex[:12]
     url = server.url(prefix)
     assert parse_qs(urlsplit(url).query)["prefix"] == [prefix]
     return url, Raw(url, server.client(), prefix)

@@ -360,3 +360,85 @@ def test_the_walk_down_the_children_sees_what_a_pass_over_all_processes_sees() -
         os.killpg(child.pid, signal.SIGKILL)  # the grandchild too
         child.wait()
     assert walked >= 0.9 and abs(walked - scanned) < 0.1, (walked, scanned)
+
+
+# ---- fresh records: a signed record saved and written back later is not believed --------------------------------
+
+
+def _signed(tmp_path: Path, url: str, private: str, public: str, record: dict) -> bytes:
+    """A record signed by the fleet's key, as a machine of the fleet wrote it (with its time)."""
+    os.environ["ABICACHE_SIGNING_KEY"], os.environ["ABICACHE_TRUSTED_KEYS"] = private, public
+    try:
+        tier = Cache(tmp_path / "ci-machine", remote=url).remote
+        return json.dumps(tier.sign_record(record), sort_keys=True).encode()
+    finally:
+        del os.environ["ABICACHE_SIGNING_KEY"], os.environ["ABICACHE_TRUSTED_KEYS"]
+
+
+def test_a_signed_failure_record_written_back_later_is_not_believed(tmp_path: Path, remote: tuple[str, Raw],
+                                                                    signing: tuple[str, str]) -> None:
+    """A CI machine's signed failure record from 20 minutes ago, written back by someone
+    without any key: the signed fleet builds the key (the cause was fixed since)."""
+    url, _ = remote
+    private, public = signing
+    key, backend = _mallory(tmp_path, url)
+    old = _signed(tmp_path, url, private, public, {
+        "kind": "test", "key": key, "what": "test thing", "host": "ci", "pid": 1, "machine": "ci-1",
+        "type": "BuildError", "error": "the old error", "seconds": 1, "at": time.time() - 1200})
+    backend.put_failure("test", key, old, 600)
+    got = result(node(tmp_path, url, "C", 0.1, ABICACHE_SIGNING_KEY=private, ABICACHE_TRUSTED_KEYS=public))
+    assert got.get("origin") == "built", got
+
+
+def test_a_failure_record_without_an_expiry_on_redis_is_ignored(tmp_path: Path, redis_srv: servers.RedisServer,
+                                                                signing: tuple[str, str]) -> None:
+    """abicache writes every failure record with an expiry; one without was written back by hand."""
+    url, raw = remote_fixtures.make_remote_for(redis_srv)
+    private, public = signing
+    failed = result(node(tmp_path, url, "A", 0.1, fail=True, ABICACHE_SIGNING_KEY=private,
+                         ABICACHE_TRUSTED_KEYS=public))
+    assert "fails on purpose" in failed["error"]
+    (name,) = list(raw.client.scan_iter(match=f"{raw.prefix}:*failed*"))
+    raw.client.set(name, raw.client.get(name))  # saved and written back: no expiry
+    got = result(node(tmp_path, url, "B", 0.1, ABICACHE_SIGNING_KEY=private, ABICACHE_TRUSTED_KEYS=public))
+    assert got.get("origin") == "built", got
+
+
+def test_a_successful_build_clears_the_fleets_failure_record(tmp_path: Path, remote: tuple[str, Raw]) -> None:
+    url, _ = remote
+    assert "fails on purpose" in result(node(tmp_path, url, "A", 0.1, fail=True))["error"]
+    key, backend = _mallory(tmp_path, url)
+    assert backend.read_failure("test", key) is not None
+    assert result(node(tmp_path, url, "A", 0.1))["origin"] == "built"  # fixed, and built again by that machine
+    assert backend.read_failure("test", key) is None
+
+
+def test_old_signed_leases_written_back_in_turn_do_not_stall_the_fleet(tmp_path: Path, remote: tuple[str, Raw],
+                                                                       signing: tuple[str, str]) -> None:
+    """Saved leases of a holder long gone, written back one after another: their bytes change
+    and their CPU seconds grow, as a live holder's do, but their own signed time is old."""
+    url, _ = remote
+    private, public = signing
+    key, backend = _mallory(tmp_path, url)
+    saved = [_signed(tmp_path, url, private, public, {
+        "kind": "test", "key": key, "owner": "gone", "host": "ci", "pid": 1, "what": "test thing", "beat": beat,
+        "progress": float(beat), "expect": 0, "ttl": 2, "at": time.time() - 3600 + beat}) for beat in range(40)]
+    stop = threading.Event()
+
+    def replay() -> None:
+        tag = backend.put_lease("test", key, saved[0], 30.0, None)
+        for data in saved[1:]:
+            if stop.wait(0.5) or tag is None:
+                return
+            tag = backend.put_lease("test", key, data, 30.0, tag) or tag
+
+    thread = threading.Thread(target=replay, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        got = result(node(tmp_path, url, "B", 0.1, ABICACHE_SIGNING_KEY=private, ABICACHE_TRUSTED_KEYS=public,
+                          ABICACHE_REMOTE_LEASE="2"), timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+    assert got.get("origin") == "built" and got["seconds"] < 10, got

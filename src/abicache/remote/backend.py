@@ -105,6 +105,9 @@ class Backend(Protocol):
     def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
         """Write (or replace) the record; an engine that can expire keys drops it after ttl."""
 
+    def drop_failure(self, kind: str, key: str) -> None:
+        """Delete the record (the key has since been built)."""
+
     def put_name(self, kind: str, digest: str, key: str) -> None:
         """Record that key was built under the name whose digest this is (names_prefix)."""
 
@@ -135,6 +138,9 @@ class Static:
         return None
 
     def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
+        return None
+
+    def drop_failure(self, kind: str, key: str) -> None:
         return None
 
     def close(self) -> None:

@@ -35,6 +35,13 @@ race adopts the winner's files), so every failure here ends in building locally.
   headers, so the key cannot tell that one was fixed.
 - A lease held by this very process is never waited on: a builder that asks
   for the same key through another Cache would wait for itself.
+- Records are fresh: leases and failure records carry the time they were written
+  by the server's clock (`at`, estimated from one look at it), inside the
+  signature where the fleet signs. A lease whose `at` is older than its ttl, or
+  a failure record older than FAILURE_TTL, is not believed, so a record saved
+  and written back (by anyone who can write the remote, without any key) stalls
+  or fails nothing past its time; where the fleet signs, a record without `at`
+  is not believed either. A successful build of a key clears its failure record.
 """
 
 from __future__ import annotations
@@ -80,15 +87,17 @@ class Record(NamedTuple):
     what: str
     progress: float  # CPU seconds the build has spent
     expect: float  # the holder's idea of how long this build takes (0: none)
+    at: float | None = None  # when it was written, by the server's clock as its holder saw it
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
 
 
-def encode(tier: Tier, kind: str, key: str, what: str, beat: int, progress: float, expect: float) -> bytes:
+def encode(tier: Tier, kind: str, key: str, what: str, beat: int, progress: float, expect: float,
+           at: float) -> bytes:
     record = {"kind": kind, "key": key, "owner": process_id(), "host": socket.gethostname()[:100],
               "pid": os.getpid(), "what": what[:200], "beat": beat, "progress": round(progress, 2),
-              "expect": round(expect, 2), "ttl": tier.settings.lease}
+              "expect": round(expect, 2), "ttl": tier.settings.lease, "at": round(at, 3)}
     return json.dumps(tier.sign_record(record), sort_keys=True).encode()[:LEASE_BYTES]
 
 
@@ -99,10 +108,11 @@ def decode(tier: Tier, kind: str, key: str, raw: bytes) -> Record | None:
         data = json.loads(raw)
         if not isinstance(data, dict) or (data.get("kind"), data.get("key")) != (kind, key):
             return None
-        if tier.record_problem(data) is not None:
-            return None
+        if tier.record_problem(data) is not None or (tier.settings.trusted and "at" not in data):
+            return None  # unsigned where the fleet signs; or signed before records carried their time
+        at = float(data["at"]) if "at" in data else None
         return Record(str(data["owner"]), str(data["host"])[:100], int(data["pid"]), str(data["what"])[:200],
-                      float(data["progress"]), max(0.0, float(data.get("expect") or 0.0)))
+                      float(data["progress"]), max(0.0, float(data.get("expect") or 0.0)), at)
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
 
@@ -117,9 +127,11 @@ def budget(tier: Tier, known: float, timeout: float) -> float:
 class Held:
     """A lease this process holds: renewed from a thread, with the build's CPU seconds, until released."""
 
-    def __init__(self, tier: Tier, kind: str, key: str, what: str, tag: Tag, expect: float) -> None:
+    def __init__(self, tier: Tier, kind: str, key: str, what: str, tag: Tag, expect: float,
+                 clock: _ServerClock | None = None) -> None:
         self._tier, self._kind, self._key, self._what, self._expect = tier, kind, key, what, expect
         self._tag: Tag | None = tag
+        self._clock = clock or _ServerClock(tier)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._renew, daemon=True, name="abicache-lease")
@@ -134,7 +146,7 @@ class Held:
                     return
                 tag = self._tag
                 data = encode(self._tier, self._kind, self._key, self._what, beat, liveness.cpu_seconds(),
-                              self._expect)
+                              self._expect, self._clock.now() or time.time())
                 self._tag = self._tier.call(lambda b: b.put_lease(self._kind, self._key, data, ttl, tag))
             if self._tag is None:  # taken over (we were thought dead or stuck) or the remote failed: build on
                 return
@@ -158,8 +170,10 @@ class _Watch:
         self._changed = self._progressed = time.monotonic()
         self._progress: float | None = None
 
-    def verdict(self, raw: bytes, record: Record, age: float | None) -> str | None:
-        """'dead', 'stuck', or None while it lives and progresses."""
+    def verdict(self, raw: bytes, record: Record, age: float | None, server_now: float | None = None) -> str | None:
+        """'dead', 'stuck', or None while it lives and progresses. server_now: the server's time
+        (None where it cannot be known): a lease it says was written over ttl ago is dead,
+        whenever it was last written to the remote (a replayed one)."""
         now = time.monotonic()
         if raw != self._seen:
             self._seen, self._changed = raw, now
@@ -167,6 +181,8 @@ class _Watch:
             self._progress, self._progressed = record.progress, now
         if age is not None and age > self._ttl + SERVER_SLACK:
             return "dead"  # by the server's own clock: not rewritten within its ttl
+        if server_now is not None and record.at is not None and abs(server_now - record.at) > self._ttl + SERVER_SLACK:
+            return "dead"  # its own time says so: a lease saved and written back
         if now - self._changed > self._ttl:
             return "dead"
         if now - self._progressed > self._stuck:
@@ -212,7 +228,7 @@ def wait(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | Non
         if record.owner == process_id():
             return Outcome(take=False)  # our own: waiting would wait for ourselves
         limit = budget(tier, max(known, record.expect), timeout)
-        verdict = watch.verdict(raw, record, clock.age(written))
+        verdict = watch.verdict(raw, record, clock.age(written), clock.now(fallback=False))
         if verdict is not None:
             note(f"{record.describe()} building {what} is {verdict} "
                  f"({'no progress for' if verdict == 'stuck' else 'no renewal for'} "
@@ -239,23 +255,28 @@ def build(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | No
     first: the caller waits again, without its local lock."""
     if not outcome.take or not tier.writable:
         return make()
-    data = encode(tier, kind, key, what, 0, 0.0, expect)
+    clock = _ServerClock(tier)
+    data = encode(tier, kind, key, what, 0, 0.0, expect, clock.now() or time.time())
     tag = tier.call(lambda b: b.put_lease(kind, key, data, tier.settings.lease, outcome.replacing))
     if tag is None:
         return make() if tier.down else None
-    held = Held(tier, kind, key, what, tag, expect)
+    held = Held(tier, kind, key, what, tag, expect, clock)
     try:
         got = fetch()  # published and released between our wait and our take?
         if got is not None:
             return got
-        raise_shared_failure(tier, kind, key, what, _ServerClock(tier), machine)
+        failed_before = raise_shared_failure(tier, kind, key, what, clock, machine)
         start = time.monotonic()
         try:
-            return make()
+            made = make()
         except Exception as exc:
             if _shared(exc):
-                _publish_failure(tier, kind, key, what, exc, time.monotonic() - start, machine)
+                _publish_failure(tier, kind, key, what, exc, time.monotonic() - start, machine,
+                                 clock.now() or time.time())
             raise
+        if failed_before:  # built: the fleet's record of its failure is cleared for every machine
+            tier.call(lambda b: b.drop_failure(kind, key))
+        return made
     finally:
         held.release()
 
@@ -279,63 +300,82 @@ def machine_id(root: str) -> str:
 
 
 def _publish_failure(tier: Tier, kind: str, key: str, what: str, exc: Exception, seconds: float,
-                     machine: str) -> None:
+                     machine: str, at: float) -> None:
     text = str(exc)
     if len(text) > FAILURE_BYTES // 2:
         text = text[:FAILURE_BYTES // 4] + "\n[...]\n" + text[-FAILURE_BYTES // 4:]
     record = tier.sign_record({"kind": kind, "key": key, "what": what[:200], "host": socket.gethostname()[:100],
                                "pid": os.getpid(), "machine": machine, "type": type(exc).__name__[:100],
-                               "error": text, "seconds": round(seconds, 3)})
+                               "error": text, "seconds": round(seconds, 3), "at": round(at, 3)})
     data = json.dumps(record, sort_keys=True).encode()
     if len(data) <= FAILURE_BYTES:
         tier.call(lambda b: b.put_failure(kind, key, data, FAILURE_TTL))
 
 
-def raise_shared_failure(tier: Tier, kind: str, key: str, what: str, clock: _ServerClock, machine: str) -> None:
+def raise_shared_failure(tier: Tier, kind: str, key: str, what: str, clock: _ServerClock, machine: str) -> bool:
     """BuildError with another machine's error if this key failed to build in the fleet
     within FAILURE_TTL (and the record is believable here). This machine's own failures
     are not raised again: the key does not cover the headers a failed build read, so a
-    developer who fixed one retries at once, as without a remote."""
+    developer who fixed one retries at once, as without a remote. True if a record is
+    there that was not raised (the build that follows clears it if it succeeds)."""
     if tier.settings.retry_failed:
-        return
+        return False
     found = tier.call(lambda b: b.read_failure(kind, key))
     if found is None:
-        return
+        return False
     raw, written = found
     age = clock.age(written, fallback=True)
     if age is not None and age > FAILURE_TTL:
-        return
+        return True
     try:
         data = json.loads(raw)
         if not isinstance(data, dict) or (data.get("kind"), data.get("key")) != (kind, key):
-            return
+            return True
         if tier.record_problem(data) is not None or (machine and data.get("machine") == machine):
-            return
+            return True
+        if not _fresh_failure(tier, data, clock):
+            return True
         host, error, kind_of = str(data["host"])[:100], str(data["error"]), str(data.get("type", ""))[:100]
-    except (ValueError, KeyError, TypeError):
-        return
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return True
     raise BuildError(f"{what} failed to build on {host} moments ago ({kind_of}, reported by the fleet's remote "
                      f"{tier.name}); set ABICACHE_RETRY_FAILED=1 to build it here instead",
                      output=error)
 
 
+def _fresh_failure(tier: Tier, data: dict[str, Any], clock: _ServerClock) -> bool:
+    """The record's own time (signed with it where the fleet signs) is within FAILURE_TTL of
+    the server's now: one saved and written back later is not believed. A record without
+    one (an older abicache's) is believed only where the fleet does not sign."""
+    at = data.get("at")
+    if at is None:
+        return not tier.settings.trusted
+    age = (clock.now() or time.time()) - float(at)
+    return -SERVER_SLACK <= age <= FAILURE_TTL
+
+
 class _ServerClock:
-    """Ages by the server's clock: its now, measured once per wait, minus a write time it gave."""
+    """The server's clock: its now, measured once (per wait, per lease held), and ages by it."""
 
     def __init__(self, tier: Tier) -> None:
         self._tier = tier
         self._offset: float | None = None
         self._asked = False
 
-    def age(self, written: float | None, fallback: bool = False) -> float | None:
-        """None where the server gives no write time, or (unless fallback: then by this
-        machine's clock) cannot say what time it is."""
-        if written is None:
-            return None
+    def now(self, fallback: bool = True) -> float | None:
+        """Now by the server's clock; where it cannot say, this machine's (or None without fallback)."""
         if not self._asked:
             self._asked = True
             now = self._tier.call(lambda b: b.server_time())
             self._offset = None if now is None else now - time.time()
         if self._offset is None:
-            return time.time() - written if fallback else None
-        return time.time() + self._offset - written
+            return time.time() if fallback else None
+        return time.time() + self._offset
+
+    def age(self, written: float | None, fallback: bool = False) -> float | None:
+        """None where the server gives no write time, or (unless fallback: then by this
+        machine's clock) cannot say what time it is."""
+        if written is None:
+            return None
+        now = self.now(fallback)
+        return None if now is None else now - written

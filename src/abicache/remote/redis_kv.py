@@ -254,9 +254,21 @@ class RedisBackend:
     # ---- shared failures: expired by the server itself (PX)
 
     def read_failure(self, kind: str, key: str) -> tuple[bytes, float | None] | None:
-        data = self._call("reading a failure", self._r.getrange, self._name("failed", kind, key), 0,
-                          FAILURE_BYTES - 1)
-        return (bytes(data), None) if data else None
+        """None too for a record the server does not expire: this engine writes every one
+        with an expiry, so one without was written back by hand (a replay, kept for ever)."""
+        name = self._name("failed", kind, key)
+
+        def read() -> list[Any]:
+            pipe = self._r.pipeline(transaction=False)
+            pipe.getrange(name, 0, FAILURE_BYTES - 1)
+            pipe.pttl(name)
+            return pipe.execute()
+
+        data, ttl = self._call("reading a failure", read)
+        return (bytes(data), None) if data and isinstance(ttl, int) and ttl > 0 else None
+
+    def drop_failure(self, kind: str, key: str) -> None:
+        self._call("clearing a failure", self._r.delete, self._name("failed", kind, key))
 
     def put_failure(self, kind: str, key: str, data: bytes, ttl: float) -> None:
         self._call("writing a failure", lambda: self._r.set(self._name("failed", kind, key), data[:FAILURE_BYTES],

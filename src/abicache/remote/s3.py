@@ -283,6 +283,9 @@ class S3Backend:
         except failure as exc:
             raise self._fail(f"writing {path}", exc) from None
 
+    def drop_failure(self, kind: str, key: str) -> None:
+        self._delete(failure_name(kind, key))
+
     def put_lease(self, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
