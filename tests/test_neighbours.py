@@ -396,3 +396,56 @@ def test_an_http_remote_that_drips_its_headers_is_cut_off_at_the_timeout(tmp_pat
             got = _fetch(tmp_path / "slow", f"http://127.0.0.1:{port}/{path}", timeout=90)
             took = time.monotonic() - start
     assert got["origin"] == "built" and took < 20, (got, took)
+
+
+# ---- medium: the observer was silently off under umask 002 and for a store path LD_PRELOAD splits ---------------
+
+
+@pytest.mark.parametrize("umask, store", [(0o002, "store"), (0o022, "a store: with a space")],
+                         ids=["umask-002", "space-and-colon"])
+def test_the_observer_runs_whatever_the_umask_and_the_store_path(tmp_path: Path, umask: int, store: str) -> None:
+    """Without the observer a header created in front of the one used is not seen, and the
+    stale library is served: with it, the next lookup misses and builds the new value."""
+    from test_fidelity import UNIT, fresh, header, write
+
+    proj = tmp_path / "proj"
+    write(proj / "src" / "x.cpp", UNIT)
+    (proj / "first").mkdir()
+    write(proj / "second" / "v.h", header(1))
+    root, flags = tmp_path / store, ["-Ifirst", "-Isecond"]
+    old = os.umask(umask)
+    try:
+        first = fresh(root, ["src/x.cpp"], cwd=proj, cflags=flags)
+        write(proj / "first" / "v.h", header(2))
+        second = fresh(root, ["src/x.cpp"], cwd=proj, cflags=flags)
+    finally:
+        os.umask(old)
+    assert first["value"] == 1 and first["warnings"] == [], first
+    assert second["value"] == 2, second
+
+
+def test_env_and_doctor_say_whether_the_observer_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "store"))
+    rc, out, err = _cli("env", "--json")
+    assert json.loads(out)["observer"].startswith("on ("), (out, err)
+    monkeypatch.setenv("ABICACHE_OBSERVE", "0")
+    rc, out, _ = _cli("env", "--json")
+    assert json.loads(out)["observer"] == "off: ABICACHE_OBSERVE=0"
+    monkeypatch.delenv("ABICACHE_OBSERVE")
+    rc, out, _ = _cli("doctor", str(tmp_path / "nothing-here"), "--json")
+    assert json.loads(out)["observer"].startswith("on (")
+
+
+def test_an_observer_that_cannot_be_built_is_said_once(tmp_path: Path) -> None:
+    import warnings
+
+    from abicache.engine import observe
+
+    observe._built.clear()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert observe.library(tmp_path / "tools", compiler=("false",)) is None
+        assert observe.library(tmp_path / "tools", compiler=("false",)) is None
+    observe._built.clear()
+    assert len([w for w in said if "the observer (observe.c)" in str(w.message)]) == 1
+    assert "compiling it with false failed" in str(said[0].message)

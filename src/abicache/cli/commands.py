@@ -75,9 +75,11 @@ def cmd_env(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", AbicacheWarning)
         read_only = [{"root": str(t.root), "from": t.origin} for t in tiers.tiers()]
     read_only += [{"root": "-", "from": str(w.message)} for w in skipped]
+    observer = observer_status(cache)
     if args.json:
         render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings, "problems": problems,
-                          "cuda_libraries": libraries, "hip_libraries": hip, "read_only_stores": read_only})
+                          "cuda_libraries": libraries, "hip_libraries": hip, "read_only_stores": read_only,
+                          "observer": observer})
         return 1 if problems else 0
     render.table("environment facts", ["fact", "value"],
                  [(n, facts.get(n) if facts.get(n) is not None else "-") for n in FACT_NAMES])
@@ -89,7 +91,19 @@ def cmd_env(args: argparse.Namespace) -> int:
     if read_only:
         render.table("read-only stores, searched after the local one", ["root", "from"],
                      [(t["root"], t["from"]) for t in read_only])
+    render.say(f"observer (what compilers read and looked for): {observer}")
     return 1 if problems else 0
+
+
+def observer_status(cache: Cache) -> str:
+    """Whether the observer runs in this store's compiles: "on (<path>)", or off and why."""
+    from ..engine import observe
+
+    try:
+        cache.store.ensure(writing=True)
+        return observe.status(cache.store.layout.tools, trusted=cache.store.trust.ok)
+    except (OSError, AbicacheError) as exc:
+        return f"off: the store cannot hold it ({exc})"
 
 
 def _size(vdir: Path, m: Manifest) -> int:

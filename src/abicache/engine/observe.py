@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
@@ -84,8 +85,11 @@ def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
         os.close(fd)
 
 
-#: per process: tools folder -> the library, or None where it cannot be built
+#: per process: tools folder -> the library, or None where it cannot be had, and why not
 _built: dict[str, Path | None] = {}
+_why_not: dict[str, str] = {}
+#: LD_PRELOAD splits its list at these: a library whose path holds one cannot be preloaded from there
+_SPLITS = (" ", ":")
 
 
 def library(tools: Path, compiler: Sequence[str] = ("cc",),
@@ -94,7 +98,7 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
     compiler; None where it cannot be built or loaded, or where it or its
     folder could have been written by another user (trusted: the store's
     owner and mode check): it runs in every compiler process. Without it the
-    engine falls back to depfiles."""
+    engine falls back to depfiles, and says so once (never silently)."""
     from .. import config
 
     if os.name != "posix" or not config.flag("ABICACHE_OBSERVE"):
@@ -104,19 +108,62 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
     known = _built.get(str(folder), ...)
     if known is not ...:
         return known  # type: ignore[return-value]
-    target = folder / LIBRARY
-    found = target if target.is_file() else _compile(source, folder, compiler)
-    if found is not None and trusted is not None and not _owned(found, trusted):
+    found, why = _find(source, folder, compiler, trusted)
+    if found is None:
         import warnings
 
         from ..errors import AbicacheWarning
 
-        warnings.warn(f"abicache: {found} (or its folder) could have been written by another user; it is not "
-                      "preloaded into compilers, and only dependency files are recorded. Remove that folder.",
+        warnings.warn(f"abicache: the observer (observe.c) cannot run here: {why}. Only dependency files are "
+                      "recorded, and a build without one is not cached (ABICACHE_OBSERVE=0 says this is meant).",
                       AbicacheWarning, stacklevel=3)
-        found = None
-    _built[str(folder)] = found
+    _built[str(folder)], _why_not[str(folder)] = found, why
     return found
+
+
+def status(tools: Path, compiler: Sequence[str] = ("cc",),
+           trusted: Callable[[os.stat_result], bool] | None = None) -> str:
+    """For `abicache env` and `doctor`: "on (<path>)", or off and why."""
+    from .. import config
+
+    if os.name != "posix":
+        return "off: not a POSIX system"
+    if not config.flag("ABICACHE_OBSERVE"):
+        return "off: ABICACHE_OBSERVE=0"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = library(tools, compiler, trusted)
+    folder = tools / f"observe-{hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]}"
+    return f"on ({found})" if found is not None else f"off: {_why_not.get(str(folder), 'unknown')}"
+
+
+def _find(source: bytes, folder: Path, compiler: Sequence[str],
+          trusted: Callable[[os.stat_result], bool] | None) -> tuple[Path | None, str]:
+    target = folder / LIBRARY
+    if not target.is_file():
+        made, why = _compile(source, folder, compiler)
+        if made is None:
+            return None, why
+        target = made
+    if trusted is not None:
+        _close(folder, trusted)
+        if not _owned(target, trusted):
+            return None, (f"{target} (or its folder) could have been written by another user, so it is not "
+                          "preloaded into compilers; remove that folder")
+    return _preloadable(target)
+
+
+def _close(folder: Path, trusted: Callable[[os.stat_result], bool]) -> None:
+    """A folder of ours that an older abicache left group-writable (made under umask 002,
+    then refused for ever): closed, as the store's own folders are repaired."""
+    try:
+        st = os.lstat(folder)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not trusted(st):
+            os.chmod(folder, 0o755)
+    except OSError:
+        pass
 
 
 def _owned(path: Path, trusted: Callable[[os.stat_result], bool]) -> bool:
@@ -126,11 +173,56 @@ def _owned(path: Path, trusted: Callable[[os.stat_result], bool]) -> bool:
         return False
 
 
-def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> Path | None:
+def _preloadable(target: Path) -> tuple[Path | None, str]:
+    """target, or where its path holds a character LD_PRELOAD splits at (a store under a
+    folder with a space or a colon), a private copy at a path without one."""
+    if not any(c in os.fsdecode(target) for c in _SPLITS):
+        return target, ""
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
+    tried = []
+    for base in _private_bases():
+        copy = _private_copy(target, base / f"abicache-observe-{os.geteuid()}", f"{digest}-{LIBRARY}")
+        if copy is not None and _loads(copy):
+            return copy, ""
+        tried.append(str(base))
+    return None, (f"its path {target} holds a space or a colon, at which LD_PRELOAD splits, and no private copy "
+                  f"could be made and loaded in {', '.join(tried) or 'any folder'}")
+
+
+def _private_bases() -> list[Path]:
+    bases = [os.environ.get("XDG_RUNTIME_DIR", ""), "/tmp", "/var/tmp", "/dev/shm"]
+    return [Path(b) for b in bases if os.path.isabs(b) and not any(c in b for c in _SPLITS)]
+
+
+def _private_copy(target: Path, folder: Path, name: str) -> Path | None:
+    """target copied to folder/name, the folder ours alone (made 0700, or checked: a folder
+    of that name made by another user in /tmp is never used)."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None
+        copy = folder / name
+        if not copy.is_file():
+            temp = folder / f".{name}.{os.getpid()}"
+            temp.write_bytes(target.read_bytes())
+            os.chmod(temp, 0o500)
+            os.replace(temp, copy)
+        return copy
+    except OSError:
+        return None
+
+
+def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> tuple[Path | None, str]:
     import subprocess
     import tempfile
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(folder.parent, mode=0o700, exist_ok=True)  # 0700 whatever the umask (the store's rule)
     with tempfile.TemporaryDirectory(prefix="observe-", dir=folder.parent) as work:
         src = Path(work) / "observe.c"
         src.write_bytes(source)
@@ -138,20 +230,26 @@ def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> Path | Non
         try:
             done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"],
                                   capture_output=True, timeout=120, env=_plain_env())
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode != 0 or not _loads(out):
-            return None
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"compiling it with {' '.join(compiler)} failed ({exc})"
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip().splitlines()
+            return None, f"compiling it with {' '.join(compiler)} failed ({said[-1] if said else done.returncode})"
+        if not _loads(out):
+            loaded, why = _preloadable(out)  # a store path LD_PRELOAD cannot carry: try it from a copy
+            if loaded is None or not _loads(loaded):
+                return None, why or "it compiled, but does not load or report when preloaded here"
         os.chmod(out, 0o555)
         staged = Path(work) / "ready"
-        staged.mkdir()
+        staged.mkdir(mode=0o700)
+        os.chmod(staged, 0o755)  # whatever the umask: a group-writable folder is refused (and stays)
         os.replace(out, staged / LIBRARY)
         try:
             os.rename(staged, folder)  # atomic: another process may have won, with the same bytes
         except OSError:
             if not (folder / LIBRARY).is_file():
-                return None
-    return folder / LIBRARY
+                return None, f"it could not be put in place at {folder}"
+    return folder / LIBRARY, ""
 
 
 def _plain_env() -> dict[str, str]:

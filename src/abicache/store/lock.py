@@ -125,7 +125,7 @@ def _open(lock: Path, mode: int) -> int:
     try:
         fd = os.open(lock, flags, mode)
     except FileNotFoundError:
-        lock.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(lock.parent, mode=0o700, exist_ok=True)  # never group-writable, whatever the umask
         fd = os.open(lock, flags, mode)
     try:
         os.fchmod(fd, mode)  # the store's mode, whatever the umask
