@@ -449,3 +449,66 @@ def test_an_observer_that_cannot_be_built_is_said_once(tmp_path: Path) -> None:
     observe._built.clear()
     assert len([w for w in said if "the observer (observe.c)" in str(w.message)]) == 1
     assert "compiling it with false failed" in str(said[0].message)
+
+
+# ---- medium: read-only stores installed under umask 002 were refused whole, or chmod-ed in place ----------------
+
+
+def _as_pip_leaves_it(store: Path, group: int | None = None) -> dict[str, int]:
+    """Every folder and file group-writable, as pip leaves them under umask 002 (and chgrp'd
+    to `group`); returns each path's mode, to show nothing was changed afterwards."""
+    modes = {}
+    for folder, dirs, files in os.walk(store):
+        for path in [folder, *(os.path.join(folder, f) for f in files)]:
+            if os.path.islink(path):
+                continue
+            if group is not None:
+                os.chown(path, -1, group)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IWGRP | stat.S_IRGRP)
+            modes[path] = os.stat(path).st_mode
+    return modes
+
+
+def _own_private_group() -> int | None:
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    group = grp.getgrgid(me.pw_gid)
+    return me.pw_gid if group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name} else None
+
+
+def test_a_read_only_store_pip_installed_under_umask_002_serves_and_is_never_written(tmp_path: Path) -> None:
+    from test_tiers import _build_into, _load
+
+    if _own_private_group() is None:
+        pytest.skip("this user's primary group is not a private group of its own")
+    built = _build_into(tmp_path / "wheel store")
+    modes = _as_pip_leaves_it(tmp_path / "wheel store")
+    got = _load(tmp_path / "local", tmp_path, ABICACHE_READ_STORES=str(tmp_path / "wheel store"),
+                ABICACHE_BUILD="never")
+    assert got.get("origin") == "tier" and got["value"] == 42 and got["path"] == built["path"], got
+    assert {p: os.stat(p).st_mode for p in modes} == modes, "a read-only store was written"
+
+
+def test_a_read_only_store_others_may_write_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """Group-writable by a group with other members (not the owner's, not ABICACHE_SHARED's): refused,
+    and, being read-only, not "repaired" either (it was chmod-ed to 0700 in place)."""
+    import grp
+
+    from test_tiers import _build_into, _load
+
+    try:
+        other = grp.getgrnam("users").gr_gid
+    except KeyError:
+        pytest.skip("no group 'users' here")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the store to another group")
+    _build_into(tmp_path / "wheel store")
+    modes = _as_pip_leaves_it(tmp_path / "wheel store", group=other)
+    os.chmod(tmp_path / "wheel store", 0o755)  # its root closed, v3/ and below left open
+    modes[str(tmp_path / "wheel store")] = os.stat(tmp_path / "wheel store").st_mode
+    got = _load(tmp_path / "local", tmp_path, ABICACHE_READ_STORES=str(tmp_path / "wheel store"),
+                ABICACHE_BUILD="never")
+    assert "error" in got and any("writable by group" in s for s in got["said"]), got
+    assert {p: os.stat(p).st_mode for p in modes} == modes, "a read-only store was written"

@@ -2,7 +2,9 @@
 
 Private (the default): the user alone (and root); nothing writable by anyone else.
 Shared (ABICACHE_SHARED=<group>): also the members of that named group, which alone may
-have write access, never others. A store applies it to everything a hit uses
+have write access, never others. A read-only store (a wheel's, installed by pip under
+umask 002) may also be writable by its owner's private group (a group of the owner's
+own name with no other member), which lets nobody else write it. A store applies it to everything a hit uses
 (store/trust.py); the settings rule to the config files (setting_sources.py). Checks
 take lstat results: a symbolic link is never trusted.
 """
@@ -21,11 +23,13 @@ _POSIX = hasattr(os, "geteuid")
 class Trust:
     """The policy of one store: which owners and which write bits are allowed."""
 
-    def __init__(self, group: str | None = None) -> None:
+    def __init__(self, group: str | None = None, *, private_groups: bool = False) -> None:
         self.group = group or None
         self.me = os.geteuid() if _POSIX else -1
         self.gid = _group_id(self.group) if self.group and _POSIX else None
         self._members: dict[int, bool] = {self.me: True, 0: True}
+        self._private_groups = private_groups
+        self._private: dict[tuple[int, int], bool] = {}
 
     @property
     def shared(self) -> bool:
@@ -55,9 +59,19 @@ class Trust:
         mode = st.st_mode
         if mode & stat.S_IWOTH or stat.S_ISLNK(mode):
             return False
-        if mode & stat.S_IWGRP and (self.gid is None or st.st_gid != self.gid):
+        if mode & stat.S_IWGRP and (self.gid is None or st.st_gid != self.gid) and not self._own_group(st):
             return False
         return st.st_uid == self.me or st.st_uid == 0 or self.trusted_owner(st.st_uid)
+
+    def _own_group(self, st: os.stat_result) -> bool:
+        """Group write where that is allowed, by the owner's private group (nobody else's)."""
+        if not self._private_groups:
+            return False
+        memo = (st.st_uid, st.st_gid)
+        known = self._private.get(memo)
+        if known is None:
+            known = self._private[memo] = private_group(st.st_uid, st.st_gid)
+        return known
 
     def problem(self, st: os.stat_result, what: str) -> str | None:
         """Why this (lstat) result may not be trusted, or None."""
@@ -69,7 +83,7 @@ class Trust:
             return f"{what} is owned by uid {st.st_uid}, {self._who()}"
         if st.st_mode & stat.S_IWOTH:
             return f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-        if st.st_mode & stat.S_IWGRP and not (self.shared and st.st_gid == self.gid):
+        if st.st_mode & stat.S_IWGRP and not (self.shared and st.st_gid == self.gid) and not self._own_group(st):
             return f"{what} is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):o})"
         return None
 
@@ -145,3 +159,16 @@ def group_setting(raw: str | bool | None) -> str | None:
             "(for example ABICACHE_SHARED=ml-team); '1' no longer means 'trust whoever owns the root'"
         )
     return text
+
+
+def private_group(uid: int, gid: int) -> bool:
+    """gid is uid's own private group: its primary group, named as the user, with no
+    other member (the group each user gets on most Linux systems, where umask 002 is usual)."""
+    import grp
+    import pwd
+
+    try:
+        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 from . import settings_file
-from .owners import Trust, group_setting
+from .owners import Trust, group_setting, private_group
 
 #: settings that choose whom the store trusts or what is loaded: the environment and
 #: the user's own file only
@@ -198,16 +198,7 @@ def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str 
 def _private_group_write(st: os.stat_result) -> bool:
     """Only the group write bit is set, and the group is the owner's own private one
     (umask 002 on systems with a group per user)."""
-    if st.st_mode & stat.S_IWOTH or st.st_uid not in (os.geteuid(), 0):
-        return False
-    import grp
-    import pwd
-
-    try:
-        user, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
-    except KeyError:
-        return False
-    return user.pw_gid == st.st_gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+    return not st.st_mode & stat.S_IWOTH and st.st_uid in (os.geteuid(), 0) and private_group(st.st_uid, st.st_gid)
 
 
 def _quoted(path: Path) -> str:

@@ -23,8 +23,10 @@ What a tier may serve, and how it is checked:
     must hold their bytes here. The compiler's own files (system headers, its
     environment) were the maintainer's: they are not compared.
   * trust as for the local store: every folder from the tier's root down and
-    every file is owned by this user or root and writable by nobody else; a
-    symbolic link is never followed;
+    every file is owned by this user or root (or a member of the ABICACHE_SHARED
+    group) and writable by nobody else, but for the owner's private group (what
+    pip installs under umask 002) or the shared group; a symbolic link is never
+    followed. A tier is never written: a folder left open is refused, not closed;
   * integrity: stamps cannot be written there, so every file is hashed in full
     once per process (a changed byte never runs), then remembered by its
     (inode, size, mtime, ctime); with ABICACHE_TRUSTED_KEYS set, a manifest
@@ -62,8 +64,12 @@ class Tier:
     """One read-only store."""
 
     def __init__(self, root: Path, origin: str) -> None:
+        from .owners import group_setting
+
         self.root, self.origin = root, origin
-        self.store = Store(root)
+        # never written (not even repaired); trusted as the local store is, and also where it is
+        # writable by its owner's private group (pip under umask 002) or the group the user shares with
+        self.store = Store(root, group=group_setting(config.text("ABICACHE_SHARED")), read_only=True)
 
     def __repr__(self) -> str:
         return f"Tier({str(self.root)!r}, from {self.origin})"

@@ -32,9 +32,10 @@ class Store(Publishing):
     """One store root. `group` names the trusted group of a shared store
     (ABICACHE_SHARED); None keeps it private to the user (see trust.py)."""
 
-    def __init__(self, root: Path, *, group: str | None = None) -> None:
+    def __init__(self, root: Path, *, group: str | None = None, read_only: bool = False) -> None:
         self.layout = Layout(Path(root))
-        self.trust = Trust(group)
+        self.trust = Trust(group, private_groups=read_only)
+        self.read_only = read_only  # a store that is never written: nothing made, nothing repaired
         self._ready = False
         self._written = False
         self.listed: tuple[str, list[str]] | None = None  # _manifest_bytes's last listing
@@ -55,10 +56,12 @@ class Store(Publishing):
         made again where it is next needed (make_dir)."""
         if self._ready and (self._written or not writing):
             return
-        memo = (os.fspath(self.layout.root), self.trust.group, writing)
+        memo = (os.fspath(self.layout.root), self.trust.group, writing, self.read_only)
         real = _ENSURED.get(memo)
         if real is None:
-            real = ensure_root(self.layout.root, self.trust)
+            if self.read_only and writing:
+                raise UntrustedRootError(f"{self.layout.root} is a read-only store: abicache never writes it")
+            real = ensure_root(self.layout.root, self.trust, create=not self.read_only)
             base = os.path.join(real, LAYOUT_VERSION)
             for folder in ("", *(FOLDERS if writing else ("entries",))):
                 self._ensure_folder(os.path.join(base, folder) if folder else base)
@@ -71,12 +74,14 @@ class Store(Publishing):
         try:
             st = os.lstat(path)
         except FileNotFoundError:
+            if self.read_only:
+                raise UntrustedRootError(f"{path} is missing from the read-only store") from None
             self.make_dir(Path(path))
             return
         if self.trust.ok(st) and stat.S_ISDIR(st.st_mode):
             return
         problem = self.trust.problem(st, path)
-        if not stat.S_ISDIR(st.st_mode) or not self.trust.trusted_owner(st.st_uid):
+        if not stat.S_ISDIR(st.st_mode) or not self.trust.trusted_owner(st.st_uid) or self.read_only:
             raise UntrustedRootError(
                 f"{problem or f'{path} is not a directory'}: someone else may have put it there. "
                 f"Move it away (mv {path} {path}.suspect) and abicache will make a new one."
@@ -92,6 +97,8 @@ class Store(Publishing):
 
     def make_dir(self, path: Path) -> None:
         """A folder of the store, made with the store's mode whatever the umask."""
+        if self.read_only:
+            raise UntrustedRootError(f"{self.layout.root} is a read-only store: abicache never writes it ({path})")
         self.trust.make_dir(path)
 
     # ---- read side -------------------------------------------------------
@@ -202,7 +209,7 @@ class Store(Publishing):
                 continue
             folder = Path(name)
             problem = self.trust.problem(st, f"folder {folder.relative_to(self.layout.entries)}")
-            if stat.S_ISDIR(st.st_mode) and self.trust.trusted_owner(st.st_uid):
+            if stat.S_ISDIR(st.st_mode) and self.trust.trusted_owner(st.st_uid) and not self.read_only:
                 self._tighten(folder, st)
                 return f"{problem} (repaired)", None
             return problem or f"{folder} is not a folder", folder

@@ -31,12 +31,12 @@ _POSIX = hasattr(os, "geteuid")
 # ---- the root ----------------------------------------------------------------------------
 
 
-def ensure_root(root: Path, trust: Trust) -> Path:
-    """Create the root if needed and check it; returns it resolved (a
+def ensure_root(root: Path, trust: Trust, *, create: bool = True) -> Path:
+    """Create the root if needed (create) and check it; returns it resolved (a
     symbolic link to the root is resolved once, here, and its target checked)."""
     for attempt in range(transient.TRIES):
         try:
-            if not root.exists():
+            if create and not root.exists():
                 trust.make_dir(root)
             real = root.resolve(strict=True)
             st = os.lstat(real)
