@@ -3,6 +3,9 @@
  *
  *   ABICACHE_FAULT_NOLINK=1    link()/linkat() fail with EPERM (vfat, some FUSE and object mounts)
  *   ABICACHE_FAULT_NOFLOCK=1   flock() fails with ENOLCK (NFS without lockd, some Lustre mounts)
+ *   ABICACHE_FAULT_NAME_MAX=N  a name longer than N bytes fails with ENAMETOOLONG, and pathconf
+ *                              says N (eCryptfs home folders: 143)
+ *   ABICACHE_FAULT_PATHCONF=M  pathconf says M instead (a filesystem that claims more than it takes)
  *
  * and, armed from the process itself (ctypes: abicache_fault_arm), one injected
  * error: the at-th call of open, stat, lstat, rename, link, mkdir, unlink,
@@ -50,8 +53,43 @@ void abicache_fault_hold(int on) { __atomic_store_n(&held, on, __ATOMIC_SEQ_CST)
 long abicache_fault_calls(void) { return __atomic_load_n(&calls, __ATOMIC_SEQ_CST); }
 long abicache_fault_injected(void) { return __atomic_load_n(&injected, __ATOMIC_SEQ_CST); }
 
-/* Whether this call fails (errno set): the armed call number on a matching path. */
+/* Whether path's last name is longer than ABICACHE_FAULT_NAME_MAX (errno set). */
+static long name_max(void) {
+    const char *v = getenv("ABICACHE_FAULT_NAME_MAX");
+    return v ? atol(v) : 0;
+}
+
+static int too_long(const char *path) {
+    long max = name_max();
+    if (max <= 0 || !path) return 0;
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    if ((long)strlen(name) <= max) return 0;
+    errno = ENAMETOOLONG;
+    return 1;
+}
+
+static long claimed(void) {
+    const char *v = getenv("ABICACHE_FAULT_PATHCONF");
+    return v ? atol(v) : name_max();
+}
+
+long pathconf(const char *path, int what) {
+    static long (*real)(const char *, int);
+    if (!real) real = (long (*)(const char *, int))dlsym(RTLD_NEXT, "pathconf");
+    return what == _PC_NAME_MAX && claimed() > 0 ? claimed() : real(path, what);
+}
+
+long fpathconf(int fd, int what) {
+    static long (*real)(int, int);
+    if (!real) real = (long (*)(int, int))dlsym(RTLD_NEXT, "fpathconf");
+    return what == _PC_NAME_MAX && claimed() > 0 ? claimed() : real(fd, what);
+}
+
+/* Whether this call fails (errno set): a name too long, or the armed call number on a matching path. */
 static int fault(const char *path) {
+    if (too_long(path))
+        return 1;
     if (!armed_path[0] || !path || __atomic_load_n(&held, __ATOMIC_SEQ_CST) || !strstr(path, armed_path))
         return 0;
     long n = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
@@ -117,13 +155,13 @@ FSTATAT(fstatat64, struct stat64)
 
 int rename(const char *old, const char *new_) {
     REAL(int, "rename", const char *, const char *);
-    if (fault(old)) return -1;
+    if (fault(old) || too_long(new_)) return -1;
     return real(old, new_);
 }
 
 int renameat(int od, const char *old, int nd, const char *new_) {
     REAL(int, "renameat", int, const char *, int, const char *);
-    if (fault(old)) return -1;
+    if (fault(old) || too_long(new_)) return -1;
     return real(od, old, nd, new_);
 }
 

@@ -512,3 +512,35 @@ def test_a_read_only_store_others_may_write_is_refused_and_left_as_it_is(tmp_pat
                 ABICACHE_BUILD="never")
     assert "error" in got and any("writable by group" in s for s in got["said"]), got
     assert {p: os.stat(p).st_mode for p in modes} == modes, "a read-only store was written"
+
+
+# ---- medium: manifests kept in 252-byte names had no fallback where names are shorter (eCryptfs: 143) ------------
+
+SHORT_NAMES = """
+import json, sys
+from abicache import Cache, cc
+arts = [cc.build_library("add", ['extern "C" int add(int a, int b) { return a + b; }']) for _ in range(2)]
+import ctypes
+print(json.dumps({"origins": [a.origin for a in arts], "value": ctypes.CDLL(str(arts[0].file())).add(2, 40)}))
+"""
+
+
+@pytest.mark.parametrize("pathconf_says", ["143", "255"], ids=["probed", "the-filesystem-hides-it"])
+def test_manifests_fall_back_to_the_file_where_names_are_short(tmp_path: Path, pathconf_says: str) -> None:
+    """A real stand-in for eCryptfs (tests/fsfault.c, preloaded): names over 143 bytes fail with
+    ENAMETOOLONG. Builds go on (the manifest as a file), and the next process hits."""
+    from sharedfs import compile_fault_layer
+
+    layer = compile_fault_layer(tmp_path)
+    root = tmp_path / "store"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "LD_PRELOAD": str(layer), "ABICACHE_FAULT_NAME_MAX": "143",
+           "ABICACHE_DIR": str(root)}
+    if pathconf_says == "255":  # a filesystem whose pathconf claims more than it takes: the write finds out
+        env["ABICACHE_FAULT_PATHCONF"] = "255"
+    runs = [subprocess.run([sys.executable, "-c", SHORT_NAMES, str(root)], capture_output=True, text=True, env=env,
+                           timeout=120) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:] + runs[1].stderr[-2000:]
+    got = [json.loads(r.stdout.splitlines()[-1]) for r in runs]
+    assert got[0]["origins"][0] == "built" and got[0]["value"] == 42, got
+    assert got[1]["origins"][0] == "local" and got[1]["value"] == 42, got
+    assert list(root.glob("v3/entries/cc.library/*/*/manifest.json")), "the manifest was not kept as a file"

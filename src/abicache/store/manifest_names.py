@@ -18,6 +18,7 @@ is read this way (whoever can write it could replace a file in it as well).
 from __future__ import annotations
 
 import binascii
+import errno
 import os
 import zlib
 from typing import Iterable
@@ -42,15 +43,16 @@ def _entry_bytes(name: str) -> int:
     return 8 + (len(os.fsencode(name)) + 3) // 4 * 4
 
 
-def encode(data: bytes, beside: Iterable[str] = ()) -> list[str] | None:
+def encode(data: bytes, beside: Iterable[str] = (), name_max: int = 255) -> list[str] | None:
     """The names that hold data, or None where they would not fit in the folder's
-    first block beside `beside` (the artifact's own top-level names)."""
+    first block beside `beside` (the artifact's own top-level names), or where a name
+    would be longer than the filesystem takes (name_max: eCryptfs takes 143 bytes)."""
     text = binascii.b2a_base64(zlib.compress(data, 9), newline=False).rstrip(b"=").translate(_TO_URLSAFE).decode()
     chunks = [text[i:i + _CHUNK] for i in range(0, len(text), _CHUNK)] or [""]
     if len(chunks) > _MAX_NAMES:
         return None
     names = [f"{PREFIX}{i:x}.{len(chunks):x}.{chunk}" for i, chunk in enumerate(chunks)]
-    if sum(map(_entry_bytes, [*names, *beside])) > ROOM:
+    if max(map(len, names)) > name_max or sum(map(_entry_bytes, [*names, *beside])) > ROOM:
         return None
     return names
 
@@ -86,12 +88,32 @@ def present(names: Iterable[str]) -> bool:
     return any(name.startswith(PREFIX) for name in names)
 
 
-def write(stage: str, names: list[str]) -> None:
-    """Make the names, empty and read-only, in the stage folder (its fsync makes them durable)."""
+def name_max(folder: str) -> int:
+    """The longest name the folder's filesystem takes (255 where it cannot say)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def write(stage: str, names: list[str]) -> bool:
+    """Make the names, empty and read-only, in the stage folder (its fsync makes them
+    durable); False, with none left behind, where the filesystem refuses a name as too
+    long (one that says it takes longer names than it does): write the file instead."""
+    made = []
     for name in names:
-        fd = os.open(os.path.join(stage, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o444)
+        try:
+            fd = os.open(os.path.join(stage, name),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            for done in made:
+                os.unlink(os.path.join(stage, done))
+            return False
         os.close(fd)
+        made.append(name)
+    return True
 
 
 def read_any(vdir: str, limit: int, dir_fd: int | None = None) -> bytes:

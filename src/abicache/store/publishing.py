@@ -35,6 +35,12 @@ class Publishing:
     layout: Any
     trust: Any
     link_variants: Any
+    _names_fit: int | None = None  # the longest name this store's filesystem takes (probed once)
+
+    def _name_max(self, stage: Path) -> int:
+        if self._names_fit is None:
+            self._names_fit = manifest_names.name_max(os.fspath(stage))
+        return self._names_fit
 
     @contextmanager
     def stage(self) -> Iterator[Path]:
@@ -159,10 +165,9 @@ class Publishing:
             self.trust.fix_dir(folder)
         there = os.listdir(stage)
         if mf.FILENAME not in there and not manifest_names.present(there):  # a second try has written it
-            names = manifest_names.encode(data, there)  # in the folder's names: no block of its own
-            if names is not None:
-                manifest_names.write(os.fspath(stage), names)
-            else:
+            # in the folder's names (no block of its own), where the filesystem takes names that long
+            names = manifest_names.encode(data, there, self._name_max(stage))
+            if names is None or not manifest_names.write(os.fspath(stage), names):
                 fd = os.open(stage / mf.FILENAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                              0o444)
                 try:

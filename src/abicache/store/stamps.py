@@ -38,6 +38,7 @@ current: a hit stats its headers and compares one digest.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -223,12 +224,13 @@ def write(vdir: Path, kept: Mapping[str, Witness], hashed: Mapping[str, Witness]
         return
     files = {**{p: list(w) for p, w in kept.items()}, **fresh}
     name = _encode(order if order is not None else _order(vdir), files, verified, deps_ok)
-    if name is None:
+    made = _create(vdir / name) if name is not None else None
+    if made is False:
+        return  # a read-only store: every hit re-hashes instead
+    if name is None or made is None:  # too long for a name here (or on this filesystem: eCryptfs's 143 bytes)
         doc = {"verified": verified, "files": files, "deps_ok": list(deps_ok)}
         _replace(vdir, FILENAME, json.dumps(doc, separators=(",", ":")).encode(), now_ns)
         name = FILENAME
-    elif not _create(vdir / name):
-        return  # a read-only store: every hit re-hashes instead
     for gone in old:
         if gone != name:
             _unlink(vdir / gone)
@@ -249,14 +251,15 @@ def remember_deps(vdir: Path, stamp: Stamp, remembered: Mapping[str, Sequence[in
         write(vdir, stamp.files, {}, stamp.verified, kept, force=True, order=order, old=stamp.names)
 
 
-def _create(path: Path) -> bool:
-    """An empty file at path (or there already: the same stamp); False if it cannot be made."""
+def _create(path: Path) -> bool | None:
+    """An empty file at path (or there already: the same stamp); False if it cannot be made,
+    None where its name is too long for the filesystem (the stamp goes to FILENAME then)."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o444))
     except FileExistsError:
         pass
-    except OSError:
-        return False
+    except OSError as exc:
+        return None if exc.errno == errno.ENAMETOOLONG else False
     return True
 
 
