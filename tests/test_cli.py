@@ -410,7 +410,9 @@ def test_explain_last_says_why_each_recent_miss_missed(root: Path, capsys: pytes
     assert [d["what"] for d in last["candidates"][0]["differences"]] == ["flags"] and not last["hit"]
     assert main(["stats", "--json", "--root", str(root)]) == 0
     assert [m["name"] for m in json.loads(capsys.readouterr().out)["last_misses"]] == ["m", "m"]
-    monkeypatch.setattr(explain, "ROTATE_BYTES", 2000)
+    from abicache.store import logs
+
+    monkeypatch.setattr(logs, "MAX_BYTES", 2000)
     for n in range(40):
         explain.record_miss(cache.store, "t", f"n{n}", "ab" * 32, {"flags": ["-x" * 50]})
     logs = sorted((root / "v3" / "log").glob("misses*.jsonl"))

@@ -544,3 +544,44 @@ def test_manifests_fall_back_to_the_file_where_names_are_short(tmp_path: Path, p
     assert got[0]["origins"][0] == "built" and got[0]["value"] == 42, got
     assert got[1]["origins"][0] == "local" and got[1]["value"] == 42, got
     assert list(root.glob("v3/entries/cc.library/*/*/manifest.json")), "the manifest was not kept as a file"
+
+
+# ---- low: logs were never rotated, and a FIFO or link in log/ hung every miss or redirected appends ---------------
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+def test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects(tmp_path: Path, plant: str) -> None:
+    root = tmp_path / "store"
+    cache = Cache(root, remote=False)
+    cache.store.ensure(writing=True)
+    log = root / "v3" / "log" / "stats.jsonl"  # every process appends its counts at exit
+    outside = tmp_path / "outside.jsonl"
+    if plant == "fifo":
+        os.mkfifo(log)
+    else:
+        outside.write_text("")
+        log.symlink_to(outside)
+    code = ("import sys; from abicache import Cache; c = Cache(sys.argv[1], remote=False)\n"
+            "c.get_or_build('t', 'x', {'extra': {}}, lambda out: (out / 'f').write_text('x'))")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], env={**os.environ, "PYTHONPATH": str(SRC)},
+                          capture_output=True, text=True, timeout=60)  # a FIFO opened plainly waits for ever
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not outside.exists() or outside.read_text() == ""
+    assert log.is_file() and not log.is_symlink() and '"misses": 1' in log.read_text()
+
+
+def test_logs_are_bounded_and_stats_survive_rotation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache.store import counters, logs
+
+    monkeypatch.setattr(logs, "MAX_BYTES", 4000)
+    cache = Cache(tmp_path / "store", remote=False)
+    for n in range(400):
+        counters.count(cache.store, hits_local=1, seconds_saved=0.5)
+        counters.flush(cache.store)
+        cache.store.log_event("remote-refused", json.dumps({"n": n, "why": "x" * 80}))
+    folder = tmp_path / "store" / "v3" / "log"
+    assert all(p.stat().st_size <= 4000 + 200 for p in folder.glob("*.jsonl")), \
+        {p.name: p.stat().st_size for p in folder.glob("*.jsonl")}
+    assert counters.totals(cache.store)["hits_local"] == 400
+    assert counters.totals(cache.store)["seconds_saved"] == 200.0
+    assert json.loads(cache.store.read_events("remote-refused")[-1])["n"] == 399

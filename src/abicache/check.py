@@ -165,10 +165,5 @@ def _inside(folder: str) -> Iterator[None]:
 
 
 def log(cache: Cache, verdicts: Sequence[Verdict]) -> Path:
-    folder = cache.store.layout.log
-    cache.store.make_dir(folder)
-    path = folder / LOG
-    with open(path, "a", encoding="utf-8") as out:
-        for v in verdicts:
-            out.write(json.dumps(v.to_dict()) + "\n")
-    return path
+    cache.store.log_events(LOG.removesuffix(".jsonl"), [json.dumps(v.to_dict()) for v in verdicts])
+    return cache.store.layout.log / LOG

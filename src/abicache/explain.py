@@ -213,11 +213,8 @@ def _manifests(store: Store, kind: str, name: str) -> list[Manifest]:
 # ---- the last misses ---------------------------------------------------------
 
 #: log/misses.jsonl: a line per miss of what was asked for, so `abicache explain --last`
-#: can say later why each missed. Past this size it is renamed to misses.1.jsonl (one
-#: rename, atomic: a writer holding the old file finishes its line there), so two files
-#: of at most this size are kept.
+#: can say later why each missed (bounded as every log is: store/logs.py).
 MISSES_LOG = "misses"
-ROTATE_BYTES = 1 << 20
 
 
 def record_miss(store: Store, kind: str, name: str, key: str, wanted: Mapping[str, Any]) -> None:
@@ -225,12 +222,6 @@ def record_miss(store: Store, kind: str, name: str, key: str, wanted: Mapping[st
     import json
     import time
 
-    log = store.layout.log / f"{MISSES_LOG}.jsonl"
-    try:
-        if os.stat(log).st_size > ROTATE_BYTES:
-            os.replace(log, log.with_name(f"{MISSES_LOG}.1.jsonl"))
-    except OSError:
-        pass  # no log yet, or another process rotated it first
     line = json.dumps({"time": time.time(), "kind": kind, "name": name, "key": key, "wanted": dict(wanted)},
                       sort_keys=True, separators=(",", ":"), default=str)
     store.log_event(MISSES_LOG, line)
@@ -240,7 +231,7 @@ def last_misses(store: Store, count: int) -> list[dict[str, Any]]:
     """The last `count` misses recorded, the newest last (lines that do not parse are skipped)."""
     import json
 
-    lines = store.read_events(f"{MISSES_LOG}.1")[-count:] + store.read_events(MISSES_LOG)[-count:]
+    lines = store.read_events(MISSES_LOG)[-count:]
     out = []
     for line in lines[-count:] if count > 0 else []:
         try:

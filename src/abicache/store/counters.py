@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from .local import Store
@@ -55,15 +55,19 @@ def flush(store: Store | None = None) -> None:
                 _pending[root] = (_pending[root][0], Counter())
     for held, counts in taken:
         line = {k: round(v, 3) if isinstance(v, float) else v for k, v in counts.items()}
-        held.log_event(LOG, json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), **line}))
+        held.log_event(LOG, json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), **line}), _compact)
 
 
-def totals(store: Store) -> dict[str, Any]:
-    """Every count written so far (and this process's pending ones), and since when."""
-    flush(store)
+def _compact(lines: Sequence[str]) -> list[str]:
+    """A stats log moved aside (store/logs.py) becomes one line of its sums: totals survive."""
+    sums, since = _sums(lines)
+    return [json.dumps({"time": since, "pid": 0, **{k: round(v, 3) for k, v in sums.items()}})]
+
+
+def _sums(lines: Sequence[str]) -> tuple[Counter[str], Any]:
     sums: Counter[str] = Counter()
     since = None
-    for text in store.read_events(LOG):
+    for text in lines:
         try:
             line = json.loads(text)
         except ValueError:
@@ -72,6 +76,13 @@ def totals(store: Store) -> dict[str, Any]:
             continue
         since = line.get("time") if since is None else since
         sums.update({k: v for k, v in line.items() if k in FIELDS and isinstance(v, (int, float))})
+    return sums, since
+
+
+def totals(store: Store) -> dict[str, Any]:
+    """Every count written so far (and this process's pending ones), and since when."""
+    flush(store)
+    sums, since = _sums(store.read_events(LOG))
     doc: dict[str, Any] = {k: round(sums[k], 3) if k.endswith("seconds") or k == "seconds_saved" else int(sums[k])
                            for k in FIELDS}
     asked = doc["hits_local"] + doc["hits_remote"] + doc["misses"]
@@ -85,7 +96,6 @@ def zero(store: Store) -> None:
     with _lock:
         if str(store.root) in _pending:
             _pending[str(store.root)] = (store, Counter())
-    try:
-        os.unlink(store.layout.log / f"{LOG}.jsonl")
-    except FileNotFoundError:
-        pass
+    from . import logs
+
+    logs.remove(store.layout.log, LOG)

@@ -15,7 +15,7 @@ from stat import S_ISREG
 from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
-from . import blobs, deps, manifest as mf, manifest_names, stamps
+from . import blobs, deps, logs, manifest as mf, manifest_names, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name, is_hex
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
@@ -345,24 +345,21 @@ class Store(Publishing):
     # ---- write side ------------------------------------------------------
 
 
-    def log_event(self, name: str, line: str) -> None:
-        """Append one line to log/<name>.jsonl (one write: lines never interleave)."""
+    def log_event(self, name: str, line: str, compact: logs.Compact | None = None) -> None:
+        """Append one line to log/<name>.jsonl (one write: lines never interleave); the log is
+        bounded and opened safely (store/logs.py)."""
+        self.log_events(name, [line], compact)
+
+    def log_events(self, name: str, lines: Sequence[str], compact: logs.Compact | None = None) -> None:
         try:
             self.make_dir(self.layout.log)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(self.layout.log / f"{name}.jsonl", flags, self.trust.file_mode)
-            try:
-                os.write(fd, (line.rstrip("\n") + "\n").encode())
-            finally:
-                os.close(fd)
         except OSError:
-            pass  # the log only informs `abicache stats`
+            return  # the log only informs `abicache stats`
+        logs.append(self.layout.log, name, lines, self.trust.file_mode, compact)
 
     def read_events(self, name: str) -> list[str]:
-        try:
-            return (self.layout.log / f"{name}.jsonl").read_text().splitlines()
-        except OSError:
-            return []
+        """The log's lines, the older generation's first."""
+        return logs.read(self.layout.log, name)
 
     def keys_named(self, kind: str, name: str) -> list[str]:
         """The keys built under (kind, name), by the index."""
