@@ -8,6 +8,7 @@ unrecoverable keys; exits 1 if any count but the first two is not zero.
     python bench/faults.py                    # the full run (under 15 minutes on 2 cores)
     python bench/faults.py --quick            # a few trials of each
     python bench/faults.py --only fleet       # only the fleet rows (bench/fleet_faults.py)
+    python bench/faults.py --only neighbour   # only what a neighbour can steer (bench/neighbours.py)
     ABICACHE_TEST_BROKEN_PUBLISH=1 python bench/faults.py --quick
                                               # publish by copying: the harness must report failures
 """
@@ -34,6 +35,7 @@ RESULTS = ROOT / "bench" / "results"
 
 import attacks  # noqa: E402
 import fleet_faults as fleet  # noqa: E402
+import neighbours  # noqa: E402
 import faultlib  # noqa: E402
 import servers  # noqa: E402
 from abicache import Cache, remote as remote_mod  # noqa: E402
@@ -51,6 +53,10 @@ class Row:
     planted: int = 0  # loads of code another user planted
     changed: int = 0  # loads that returned a changed byte
     unrecoverable: int = 0  # keys that did not build or hit again
+    refused: int = 0  # builds the fleet refused after their cause was fixed
+    outside: int = 0  # files written (or modes changed) outside the store being written
+    excess: int = 0  # background checks run beyond the cap
+    stale: int = 0  # libraries served though an input they read had changed
     seconds: float = 0.0
     note: str = ""
 
@@ -308,6 +314,7 @@ def main() -> int:
         (Row("fleet: planted tools/ memo"), fleet.planted_memo(work)),
         (Row("fleet: hostile inline source names"), fleet.hostile_inline_names(work)),
         (Row("fleet: remote extra not installed"), fleet.missing_extra(work)),
+        *neighbours.rows(work, scale, lambda name: Row(f"neighbour: {name}")),
     ]
     if args.only:
         plan = [(row, fn) for row, fn in plan if args.only.lower() in row.kind.lower()]
@@ -319,7 +326,8 @@ def main() -> int:
     attacks.hostile.cleanup()
     report(rows)
     broken = os.environ.get("ABICACHE_TEST_BROKEN_PUBLISH") == "1"
-    bad = sum(r.corrupt + r.hangs + r.lost + r.planted + r.changed + r.unrecoverable for r in rows)
+    bad = sum(r.corrupt + r.hangs + r.lost + r.planted + r.changed + r.unrecoverable + r.refused + r.outside
+              + r.excess + r.stale for r in rows)
     if broken:
         print(f"broken publish switch on: the harness {'caught it' if bad else 'MISSED it'} ({bad} failures)")
     return 1 if bad else 0
@@ -331,11 +339,13 @@ def report(rows: list[Row]) -> None:
 
     t = Table(title="Fault injection", title_justify="left")
     for col in ("trials of", "trials", "faults injected", "corrupt entries seen", "hangs", "data lost",
-                "planted loads", "changed bytes run", "unrecoverable keys", "time", "notes"):
+                "planted loads", "changed bytes run", "unrecoverable keys", "builds refused after the fix",
+                "written outside", "checks over the cap", "stale served", "time", "notes"):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(r.kind, str(r.trials), str(r.faults), str(r.corrupt), str(r.hangs), str(r.lost),
-                  str(r.planted), str(r.changed), str(r.unrecoverable), f"{r.seconds:.0f} s", r.note)
+                  str(r.planted), str(r.changed), str(r.unrecoverable), str(r.refused), str(r.outside),
+                  str(r.excess), str(r.stale), f"{r.seconds:.0f} s", r.note)
     Console(width=240).print(t)
     RESULTS.mkdir(exist_ok=True)
     name = "faults-broken.json" if os.environ.get("ABICACHE_TEST_BROKEN_PUBLISH") == "1" else "faults.json"

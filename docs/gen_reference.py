@@ -45,10 +45,14 @@ def configuration_md() -> str:
     return ("# Configuration\n\nEvery setting is an environment variable (generated from "
             "`abicache.config.VARIABLES`; `abicache env` shows the values in effect), and can also be kept "
             "in a TOML file under its name without `ABICACHE_`, in lower case (`max_size = \"10G\"`). "
-            "The environment wins, then the store's `<root>/abicache.toml`, then the user's "
-            "`~/.config/abicache/config.toml` (`$XDG_CONFIG_HOME`), then the default; "
-            "`abicache config list` shows where each value comes from, `abicache config set max_size 10G` "
-            "writes one.\n\n"
+            "The environment wins, then the user's `~/.config/abicache/config.toml` (`$XDG_CONFIG_HOME`), "
+            "then the default. A store's `<root>/abicache.toml` sets what belongs to the store (its size cap, "
+            "its timeouts: these come before the user's) and may only *tighten* the rest; it never sets "
+            "`shared`, `dir`, `remote`, `read_stores`, `trusted_keys`, `signing_key`, `check` or `dropin`, "
+            "and either file is read only if nobody else could have written it "
+            "([Security model](../security.md#where-a-setting-may-come-from)). "
+            "`abicache config list` shows where each value comes from and what was refused, "
+            "`abicache config set max_size 10G` writes one.\n\n"
             "| variable | default | meaning |\n|---|---|---|\n" + rows + "\n")
 
 

@@ -585,3 +585,24 @@ def test_logs_are_bounded_and_stats_survive_rotation(tmp_path: Path, monkeypatch
     assert counters.totals(cache.store)["hits_local"] == 400
     assert counters.totals(cache.store)["seconds_saved"] == 200.0
     assert json.loads(cache.store.read_events("remote-refused")[-1])["n"] == 399
+
+
+def test_a_read_only_store_in_a_venv_shared_by_the_users_group_serves(tmp_path: Path) -> None:
+    """A group-shared venv (setgid, group-writable by its group): trusted where that group is
+    the one the user named (ABICACHE_SHARED), as a shared store is."""
+    import grp
+
+    from test_tiers import _build_into, _load
+
+    try:
+        group = grp.getgrnam("users")
+    except KeyError:
+        pytest.skip("no group 'users' here")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the store to another group")
+    built = _build_into(tmp_path / "venv store")
+    modes = _as_pip_leaves_it(tmp_path / "venv store", group=group.gr_gid)
+    got = _load(tmp_path / "local", tmp_path, ABICACHE_READ_STORES=str(tmp_path / "venv store"),
+                ABICACHE_BUILD="never", ABICACHE_SHARED="users")
+    assert got.get("origin") == "tier" and got["path"] == built["path"], got
+    assert {p: os.stat(p).st_mode for p in modes} == modes

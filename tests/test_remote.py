@@ -893,3 +893,25 @@ def test_a_machine_without_the_compiler_or_reading_only_finds_what_was_asked_for
     monkeypatch.setenv("ABICACHE_REMOTE_MODE", "read")
     reader = cache("reader", "clang 18").get_or_build("t", "k", inputs, writer({"f": b"never"}))
     assert reader.origin == "remote"
+
+
+def test_bundle_from_the_remote_serves_a_machine_without_the_remote(tmp_path: Path, remote: tuple[str, Raw],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`abicache bundle --remote` from every engine (file:// included): the entries CI pushed,
+    packed into a read-only store that serves a machine with no remote and no builder."""
+    from abicache import tiers
+    from abicache.cli.main import main
+
+    url, _ = remote
+    Cache(tmp_path / "CI", remote=url).get_or_build("test", "shipped", {"extra": {}}, writer({"f.bin": b"ci's"}))
+    out = tmp_path / "bundled store"
+    assert main(["bundle", "--root", str(tmp_path / "bundler"), "--remote", url, "--out", str(out), "--json",
+                 "shipped"]) == 0, capsys.readouterr().err
+    os.environ["ABICACHE_READ_STORES"] = str(out)
+    try:
+        tiers.forget()
+        got = Cache(tmp_path / "user", remote=False).get_or_build("test", "shipped", {"extra": {}}, never)
+    finally:
+        del os.environ["ABICACHE_READ_STORES"]
+        tiers.forget()
+    assert got.origin == "tier" and got.file("f.bin").read_bytes() == b"ci's"

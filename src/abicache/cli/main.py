@@ -202,8 +202,10 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="prune: report what would be deleted")
     p = sub.add_parser("config", parents=[common], help="settings in config files, and where each comes from",
                        description="Every setting can live in a TOML file as well as in its environment variable: "
-                                   "the environment wins, then the store's abicache.toml, then the user's "
-                                   "~/.config/abicache/config.toml, then the default.",
+                                   "the environment wins, then the user's ~/.config/abicache/config.toml, then the "
+                                   "default. A store's abicache.toml sets the store's own settings (max_size, "
+                                   "timeouts) and may only tighten the rest: never shared, dir, remote, "
+                                   "read_stores, keys, check or dropin (docs/security.md).",
                        epilog="examples: abicache config set max_size 10G; abicache config get remote; "
                               "abicache config list --json")
     p.add_argument("action", choices=("list", "get", "set", "unset"), nargs="?", default="list")
