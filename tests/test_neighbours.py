@@ -224,7 +224,7 @@ def _wait_for_checks(root: Path, timeout: float = 120) -> None:
     import time
 
     deadline = time.monotonic() + timeout
-    for slot in (root / "v3" / "locks").glob("check-slot-*.lock"):
+    for slot in (root / "v3" / "locks" / "checks").glob("check-slot-*.lock"):
         with open(slot, "rb") as handle:
             while True:
                 try:

@@ -47,7 +47,7 @@ def maybe_check(cache: Cache, art: Artifact) -> bool:
 def start(cache: Cache, key: str) -> bool:
     """Start `abicache check KEY --log` in the background if a slot is free and no check of
     this key runs; False (and nothing started) otherwise."""
-    folder = cache.store.layout.locks
+    folder = cache.store.layout.locks / "checks"  # gc removes its files while no check holds them
     cache.store.make_dir(folder)
     held = [fd for fd in (_take(folder, f"check-{key[:32]}.lock"), _free_slot(folder)) if fd is not None]
     try:

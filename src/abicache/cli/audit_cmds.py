@@ -134,17 +134,6 @@ def _binaries(root: Path) -> Iterator[Path]:
                 yield Path(folder) / name
 
 
-def _observer() -> str:
-    from ..cache import Cache
-    from ..errors import AbicacheError
-    from .commands import observer_status
-
-    try:
-        return observer_status(Cache(remote=False))
-    except AbicacheError as exc:
-        return f"off: no usable store ({exc})"
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     facts = assumed_facts(args.assume)
     roots = _scan_roots(args.paths)
@@ -161,7 +150,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                             "delete": str(entry) if entry else None})
             elif doc.get("unverifiable"):
                 unverifiable.append(str(path))
-    observer = _observer()
+    from .observer_line import default
+
+    observer = default()
     if args.json:
         render.emit_json({"scanned": [str(r) for r in roots], "files": len(files), "unsafe": bad,
                           "unverifiable": unverifiable, "observer": observer})

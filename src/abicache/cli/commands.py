@@ -18,7 +18,7 @@ from ..env import FACT_NAMES
 from ..errors import AbicacheError, AbicacheWarning, ConfigError, ManifestError, NotFound, UsageError
 from ..store import Manifest
 from ..store.local import children
-from . import render, settings_check
+from . import observer_line, render, settings_check
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$", re.I)
 
@@ -75,7 +75,7 @@ def cmd_env(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", AbicacheWarning)
         read_only = [{"root": str(t.root), "from": t.origin} for t in tiers.tiers()]
     read_only += [{"root": "-", "from": str(w.message)} for w in skipped]
-    observer = observer_status(cache)
+    observer = observer_line.status(cache)
     if args.json:
         render.emit_json({"root": str(cache.root), "facts": facts, "settings": settings, "problems": problems,
                           "cuda_libraries": libraries, "hip_libraries": hip, "read_only_stores": read_only,
@@ -94,16 +94,6 @@ def cmd_env(args: argparse.Namespace) -> int:
     render.say(f"observer (what compilers read and looked for): {observer}")
     return 1 if problems else 0
 
-
-def observer_status(cache: Cache) -> str:
-    """Whether the observer runs in this store's compiles: "on (<path>)", or off and why."""
-    from ..engine import observe
-
-    try:
-        cache.store.ensure(writing=True)
-        return observe.status(cache.store.layout.tools, trusted=cache.store.trust.ok)
-    except (OSError, AbicacheError) as exc:
-        return f"off: the store cannot hold it ({exc})"
 
 
 def _size(vdir: Path, m: Manifest) -> int:
