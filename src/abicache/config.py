@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import settings_file
 from .errors import ConfigError
 
 #: variable name -> (default, meaning); the docs are generated from this table.
@@ -102,11 +103,31 @@ def _xdg_cache_root() -> Path | None:
 def lookup(name: str) -> tuple[str | None, str]:
     """(the value, where it comes from): the environment, the user's config file, the
     store's config file within what it may set (setting_sources.py), or (None, "default")."""
-    if name in os.environ:  # the common case, without importing the rule
+    if name in os.environ:
         return os.environ[name], "environment"
+    steer = tuple(map(os.environ.get, settings_file.STEERING))
+    bare = _bare.get(steer)
+    if bare is None:
+        bare = _bare[steer] = _no_files()
+    if bare:
+        return None, "default"
     from . import setting_sources
 
-    return tuple(setting_sources.lookup(name, VARIABLES, default_root))  # type: ignore[return-value]
+    return setting_sources.lookup(name, VARIABLES, default_root)
+
+
+#: per process, by settings_file.STEERING: True where neither config file exists (the common case:
+#: then a setting not in the environment is its default, and the rule is not even imported)
+_bare: dict[tuple[str | None, ...], bool] = {}
+settings_file.forgetters.append(_bare.clear)
+
+
+def _no_files() -> bool:
+    if os.path.lexists(settings_file.user_file()):
+        return False
+    explicit = os.environ.get("ABICACHE_DIR")  # without a user file, the root is this or the default
+    root = Path(explicit).expanduser() if explicit else user_root()
+    return not os.path.lexists(settings_file.store_file(root))
 
 
 def _raw(name: str, default: str | None = None) -> str:

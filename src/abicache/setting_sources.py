@@ -28,10 +28,15 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from . import settings_file
 from .owners import Trust, group_setting, private_group
+
+if TYPE_CHECKING:
+    #: (the value or None, where it comes from: "environment", a file's path, or "default"): a
+    #: plain tuple (a NamedTuple class costs a compile at import, on every fresh process's hit)
+    Found = tuple[str | None, str]
 
 #: settings that choose whom the store trusts or what is loaded: the environment and
 #: the user's own file only
@@ -59,41 +64,59 @@ TIGHTEN_ONLY: dict[str, tuple[Callable[[str, str], bool], str]] = {
 }
 
 
-class Found(NamedTuple):
-    value: str | None
-    where: str  # "environment", a file's path, or "default"
 
 
 _refused: dict[str, str] = {}  # "<file>:<key>" -> why (each said once per process)
 _file_problems: dict[str, str] = {}  # a file that was not read -> why
 #: per process, as the files' values are: (path, group) -> file_problem's answer (a hit asks several settings)
 _verdicts: dict[tuple[str, str | None, bool], str | None] = {}
+#: per process, by the variables that choose the files and the group (forget() clears them): each
+#: setting's answer, and each file's path and settings (a fresh process's hit asks half a dozen)
+_found: dict[tuple[str | None, ...], Found] = {}
+_users: dict[tuple[str | None, ...], tuple[str, dict[str, str]]] = {}
+_stores: dict[tuple[str | None, ...], tuple[str, dict[str, str]]] = {}
 
 
 def lookup(name: str, variables: Mapping[str, tuple[str, str]], root: Callable[[], Path]) -> Found:
     """The value of one setting and where it comes from (see the module's text). variables:
     config.VARIABLES (each one's default first); root: the store's root (config.default_root)."""
-    default = variables[name][0]
     if name in os.environ:
-        return Found(os.environ[name], "environment")
+        return os.environ[name], "environment"
+    environ = os.environ
+    steer = tuple(map(environ.get, settings_file.STEERING))
+    found = _found.get((name, *steer))
+    if found is None:
+        found = _found[(name, *steer)] = _lookup(name, variables, root, steer)
+    return found
+
+
+def _lookup(name: str, variables: Mapping[str, tuple[str, str]], root: Callable[[], Path],
+            steer: tuple[str | None, ...]) -> Found:
+    default = variables[name][0]
     key = settings_file.key_of(name)
-    user_path = settings_file.user_file()
-    user = user_values(user_path, variables).get(key)
+    if steer not in _users:
+        path = settings_file.user_file()
+        _users[steer] = (str(path), user_values(path, variables))
+    user_path, users = _users[steer]
+    user = users.get(key)
     if name in USER_ONLY:
-        return Found(user, str(user_path)) if user is not None else Found(None, "default")
-    store_path, store = _store_values(variables, root())
+        return (user, user_path) if user is not None else (None, "default")
+    if steer not in _stores:
+        path, kept = _store_values(variables, root())
+        _stores[steer] = (str(path), kept)
+    store_path, store = _stores[steer]
     value = store.get(key)
     if value is not None and name in TIGHTEN_ONLY:
         tighter, what = TIGHTEN_ONLY[name]
         current = user if user is not None else default
         if tighter(value, current):
-            return Found(value, str(store_path))
+            return value, store_path
         if value.strip().lower() != current.strip().lower():
-            _refuse(store_path, key, f"a store's file may only tighten {key} (to {what}), not loosen it")
+            _refuse(Path(store_path), key, f"a store's file may only tighten {key} (to {what}), not loosen it")
         value = None
     if value is not None:
-        return Found(value, str(store_path))
-    return Found(user, str(user_path)) if user is not None else Found(None, "default")
+        return value, store_path
+    return (user, user_path) if user is not None else (None, "default")
 
 
 def store_refusal(name: str, value: str, variables: Mapping[str, tuple[str, str]]) -> str | None:
@@ -126,8 +149,10 @@ def _store_values(variables: Mapping[str, tuple[str, str]], root: Path) -> tuple
     """The store's file and its settings, {} where the root or the file fails the owner check,
     less the keys it may never set."""
     path = settings_file.store_file(root)
-    group = group_setting(lookup("ABICACHE_SHARED", variables, lambda: root).value)
-    problem = _verdict(root, group, folder=True) or _verdict(path, group)
+    group = group_setting(lookup("ABICACHE_SHARED", variables, lambda: root)[0])
+    problem = _verdict(path, group)  # most stores have none: then the root is not looked at here
+    if problem != "absent":
+        problem = _verdict(root, group, folder=True) or problem
     if problem is not None:
         if problem != "absent" and str(path) not in _file_problems:
             _file_problems[str(path)] = problem
@@ -153,6 +178,9 @@ def forget() -> None:
     _refused.clear()
     _file_problems.clear()
     _verdicts.clear()
+    _found.clear()
+    _users.clear()
+    _stores.clear()
 
 
 settings_file.forgetters.append(forget)

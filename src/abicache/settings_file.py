@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable
 
 PREFIX = "ABICACHE_"
 STORE_FILE = "abicache.toml"
+#: the variables that choose which config files are read and whose group a store trusts
+STEERING = ("XDG_CONFIG_HOME", "HOME", "ABICACHE_DIR", "XDG_CACHE_HOME", "ABICACHE_SHARED")
 
 _read: dict[str, dict[str, str]] = {}
 _warned: set[str] = set()
