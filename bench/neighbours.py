@@ -42,16 +42,17 @@ def _trials(row: Any, column: str, trials: int, scenario: Callable[[Path, pytest
                 scenario(work, mp)
             except (subprocess.TimeoutExpired, TimeoutError):
                 row.hangs += 1
-            except AssertionError as exc:
+            except (AssertionError, pytest.fail.Exception) as exc:  # an assert, or pytest.raises unmet
                 setattr(row, column, getattr(row, column) + 1)
-                row.note = f"{column}: {str(exc).splitlines()[0][:120]}"
+                row.note = f"{column}: {(str(exc).splitlines() or [type(exc).__name__])[0][:120]}"
             finally:
                 settings_file.forget()
                 hostile.cleanup()
 
 
 def _call(test: Callable[..., None], **fixtures: Any) -> Callable[[Path, pytest.MonkeyPatch], None]:
-    """A test function of the suite as a scenario (tmp_path and monkeypatch given here)."""
+    """A test function of the suite as a scenario (tmp_path, monkeypatch and capsys given here,
+    its parameters by name)."""
     import inspect
 
     wanted = inspect.signature(test).parameters
@@ -70,6 +71,35 @@ class _NoCapture:
         return namedtuple("Captured", "out err")("", "")
 
 
+#: (row, the column a broken promise counts in, the test that replays it, its parameters)
+SCENARIOS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("ABICACHE_CHECK from a folder with a planted module", "planted",
+     "test_the_background_check_never_imports_from_the_callers_folder", {}),
+    ("ABICACHE_CHECK=1, 31 hits: checks over the cap", "excess", "test_background_checks_are_bounded_per_store", {}),
+    ("remote prune of a file:// remote", "lost", "test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there", {}),
+    ("links in a folder remote's gc/ during a prune", "outside",
+     "test_prune_never_writes_through_a_link_in_the_marks_folder", {}),
+    ("a FIFO at a folder remote's blob", "hangs", "test_a_special_file_at_a_blob_path_is_refused_within_the_timeout",
+     {"plant": "fifo"}),
+    ("an HTTP server dripping status line and headers", "hangs",
+     "test_an_http_remote_that_drips_its_headers_is_cut_off_at_the_timeout", {}),
+    ("the observer under umask 002", "stale", "test_the_observer_runs_whatever_the_umask_and_the_store_path",
+     {"umask": 0o002, "store": "store"}),
+    ("the observer for a store path with a space and a colon", "stale",
+     "test_the_observer_runs_whatever_the_umask_and_the_store_path", {"umask": 0o022, "store": "a store: with a space"}),
+    ("a wheel's store installed under umask 002", "unrecoverable",
+     "test_a_read_only_store_pip_installed_under_umask_002_serves_and_is_never_written", {}),
+    ("a read-only store left group-writable (chmod in place)", "outside",
+     "test_a_read_only_store_others_may_write_is_refused_and_left_as_it_is", {}),
+    ("names over 143 bytes (eCryptfs stand-in)", "unrecoverable",
+     "test_manifests_fall_back_to_the_file_where_names_are_short", {"pathconf_says": "255"}),
+    ("a FIFO at a log's name", "hangs", "test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects",
+     {"plant": "fifo"}),
+    ("a link at a log's name", "outside", "test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects",
+     {"plant": "symlink"}),
+]
+
+
 def rows(work: Path, scale: float, row_of: Callable[[str], Any]) -> list[tuple[Any, Callable[[Any], None]]]:
     """(row, its run) for bench/faults.py's plan."""
     import test_lease as lease
@@ -78,51 +108,22 @@ def rows(work: Path, scale: float, row_of: Callable[[str], Any]) -> list[tuple[A
     trials = max(1, int(5 * scale))
 
     def plan(name: str, column: str, scenario: Callable[[Path, pytest.MonkeyPatch], None],
-             count: int = trials, needs: str | None = None) -> tuple[Any, Callable[[Any], None]]:
+             needs: str | None = None) -> tuple[Any, Callable[[Any], None]]:
         def run(row: Any) -> None:
             if needs is not None:
                 row.note = f"skipped: {needs}"
                 return
-            _trials(row, column, count, scenario)
+            _trials(row, column, trials, scenario)
 
         return row_of(name), run
 
-    hostile_why = hostile.why_not()
     out = [
         plan("a store's config file names the attacker's group (as nobody)", "planted",
-             _call(n.test_a_planted_store_file_cannot_name_the_attackers_group), needs=hostile_why),
-        plan("a store's config file widens trust (shared, remote, keys, observe=0)", "planted",
-             _widening(n)),
-        plan("ABICACHE_CHECK from a folder with a planted module", "planted",
-             _call(n.test_the_background_check_never_imports_from_the_callers_folder)),
-        plan("ABICACHE_CHECK=1, 31 hits: checks over the cap", "excess",
-             _call(n.test_background_checks_are_bounded_per_store)),
-        plan("remote prune of a file:// remote", "lost",
-             _call(n.test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there)),
-        plan("links in a folder remote's gc/ during a prune", "outside",
-             _call(n.test_prune_never_writes_through_a_link_in_the_marks_folder)),
-        plan("a FIFO at a folder remote's blob", "hangs",
-             lambda w, mp: n.test_a_special_file_at_a_blob_path_is_refused_within_the_timeout(w, "fifo")),
-        plan("an HTTP server dripping status line and headers", "hangs",
-             _call(n.test_an_http_remote_that_drips_its_headers_is_cut_off_at_the_timeout)),
-        plan("the observer under umask 002", "stale",
-             lambda w, mp: n.test_the_observer_runs_whatever_the_umask_and_the_store_path(w, 0o002, "store")),
-        plan("the observer for a store path with a space and a colon", "stale",
-             lambda w, mp: n.test_the_observer_runs_whatever_the_umask_and_the_store_path(
-                 w, 0o022, "a store: with a space")),
-        plan("a wheel's store installed under umask 002", "unrecoverable",
-             _call(n.test_a_read_only_store_pip_installed_under_umask_002_serves_and_is_never_written)),
-        plan("a read-only store left group-writable (chmod in place)", "outside",
-             _call(n.test_a_read_only_store_others_may_write_is_refused_and_left_as_it_is)),
-        plan("names over 143 bytes (eCryptfs stand-in)", "unrecoverable",
-             lambda w, mp: n.test_manifests_fall_back_to_the_file_where_names_are_short(w, "255")),
-        plan("a FIFO at a log's name", "hangs",
-             lambda w, mp: n.test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects(w, "fifo")),
-        plan("a link at a log's name", "outside",
-             lambda w, mp: n.test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects(w, "symlink")),
+             _call(n.test_a_planted_store_file_cannot_name_the_attackers_group), needs=hostile.why_not()),
+        plan("a store's config file widens trust (shared, remote, keys, observe=0)", "planted", _widening(n)),
+        *(plan(name, column, _call(getattr(n, test), **params)) for name, column, test, params in SCENARIOS),
     ]
-    fleet = _fleet_scenarios(lease)
-    out += [plan(f"{name} (S3, Redis)", column, scenario) for name, column, scenario in fleet]
+    out += [plan(f"{name} (S3, Redis)", column, scenario) for name, column, scenario in _fleet_scenarios(lease)]
     return out
 
 

@@ -606,3 +606,21 @@ def test_a_read_only_store_in_a_venv_shared_by_the_users_group_serves(tmp_path: 
                 ABICACHE_BUILD="never", ABICACHE_SHARED="users")
     assert got.get("origin") == "tier" and got["path"] == built["path"], got
     assert {p: os.stat(p).st_mode for p in modes} == modes
+
+
+def test_every_setting_config_list_shows_takes_effect_from_a_file_or_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_jobs was listed but read from the environment alone; dropin is read as every
+    interpreter starts, before any file: refused from a file, with that reason."""
+    from abicache.engine import pool
+
+    (tmp_path / "xdg" / "abicache").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    settings_file.user_file().write_text('max_jobs = 3\ndropin = "torch"\n')
+    assert pool.max_jobs() == 3
+    assert config.lookup("ABICACHE_DROPIN") == (None, "default")
+    rc, out, _ = _cli("config", "list", "--json")
+    assert rc == 1 and "environment alone" in json.loads(out)["refused"][f"{settings_file.user_file()}: dropin"]
+    rc, _, err = _cli("config", "set", "dropin", "torch")
+    assert rc == 2 and "environment alone" in err

@@ -13,9 +13,13 @@ A value is looked for, the first that has it:
    cap, touch interval, lock and remote timeouts) and may only *tighten* the rest:
    a lower `verify_age`, `observe = 1`, an empty `sloppiness`,
    `remote_mode = "read"`, `build = "always"`. It may never set `shared`, `dir`,
-   `remote`, `read_stores`, `trusted_keys`, `signing_key`, `check` or `dropin`;
-   such a key is ignored, reported once on stderr and by `abicache config list`;
+   `remote`, `read_stores`, `trusted_keys`, `signing_key` or `check`; such a key is
+   ignored, reported once on stderr and by `abicache config list`;
 4. the default.
+
+`dropin` is read from the environment alone (the wheel's .pth reads it as every
+interpreter starts, before a config file could be): in either file it is refused,
+with that reason, rather than listed and silently without effect.
 
 For the store's own settings (USER_ONLY and TIGHTEN_ONLY excluded) the store's file
 comes before the user's, as ccache's store-wide settings do: a shared store's size
@@ -42,8 +46,13 @@ if TYPE_CHECKING:
 #: the user's own file only
 USER_ONLY = frozenset({
     "ABICACHE_DIR", "ABICACHE_SHARED", "ABICACHE_REMOTE", "ABICACHE_READ_STORES", "ABICACHE_TRUSTED_KEYS",
-    "ABICACHE_SIGNING_KEY", "ABICACHE_CHECK", "ABICACHE_DROPIN",
+    "ABICACHE_SIGNING_KEY", "ABICACHE_CHECK",
 })
+#: settings read from the environment alone, and why a file's value could not take effect
+ENV_ONLY = {
+    "ABICACHE_DROPIN": "it is read from the environment alone, as every interpreter starts (the wheel's .pth), "
+                       "before any config file could be: export ABICACHE_DROPIN instead",
+}
 
 
 def _fewer_seconds(store: str, current: str) -> bool:
@@ -99,6 +108,10 @@ def _lookup(name: str, variables: Mapping[str, tuple[str, str]], root: Callable[
         _users[steer] = (str(path), user_values(path, variables))
     user_path, users = _users[steer]
     user = users.get(key)
+    if name in ENV_ONLY:
+        if user is not None:
+            _refuse(Path(user_path), key, ENV_ONLY[name])
+        return None, "default"
     if name in USER_ONLY:
         return (user, user_path) if user is not None else (None, "default")
     if steer not in _stores:
@@ -122,6 +135,8 @@ def _lookup(name: str, variables: Mapping[str, tuple[str, str]], root: Callable[
 def store_refusal(name: str, value: str, variables: Mapping[str, tuple[str, str]]) -> str | None:
     """Why a store's file may not hold this value of this setting (`config set --store`), or None."""
     key = settings_file.key_of(name)
+    if name in ENV_ONLY:
+        return f"{key}: {ENV_ONLY[name]}"
     if name in USER_ONLY:
         return (f"{key} may only be set in the environment or your own config file ({settings_file.user_file()}): "
                 "a store's file may not widen whom it trusts")
@@ -131,6 +146,11 @@ def store_refusal(name: str, value: str, variables: Mapping[str, tuple[str, str]
         if not tighter(value, current) and value.strip().lower() != current.strip().lower():
             return f"a store's file may only tighten {key} (to {what}), not loosen it"
     return None
+
+
+def user_refusal(name: str) -> str | None:
+    """Why the user's file may not hold this setting (`config set`), or None."""
+    return f"{settings_file.key_of(name)}: {ENV_ONLY[name]}" if name in ENV_ONLY else None
 
 
 def user_values(path: Path, variables: Mapping[str, tuple[str, str]]) -> dict[str, str]:
@@ -162,7 +182,7 @@ def _store_values(variables: Mapping[str, tuple[str, str]], root: Path) -> tuple
     kept = {}
     for key, value in found.items():
         name = f"ABICACHE_{key.upper()}" if key != "max_jobs" else "MAX_JOBS"
-        if name in USER_ONLY:
+        if name in USER_ONLY or name in ENV_ONLY:
             _refuse(path, key, str(store_refusal(name, value, variables)))
         else:
             kept[key] = value

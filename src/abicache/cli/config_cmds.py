@@ -27,7 +27,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "set":
         if args.value is None:
             raise ConfigError(f"abicache config set {name}: give the value too, e.g. abicache config set max_size 10G")
-        refusal = setting_sources.store_refusal(name, args.value, config.VARIABLES) if args.store else None
+        refusal = (setting_sources.store_refusal(name, args.value, config.VARIABLES) if args.store
+                   else setting_sources.user_refusal(name))
         if refusal is not None:
             raise ConfigError(f"{refusal} (not written to {path})")
         before = settings_file.values(path, config.VARIABLES).get(settings_file.key_of(name))

@@ -205,7 +205,8 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
                                    "the environment wins, then the user's ~/.config/abicache/config.toml, then the "
                                    "default. A store's abicache.toml sets the store's own settings (max_size, "
                                    "timeouts) and may only tighten the rest: never shared, dir, remote, "
-                                   "read_stores, keys, check or dropin (docs/security.md).",
+                                   "read_stores, keys or check; dropin is read from the environment alone "
+                                   "(docs/security.md).",
                        epilog="examples: abicache config set max_size 10G; abicache config get remote; "
                               "abicache config list --json")
     p.add_argument("action", choices=("list", "get", "set", "unset"), nargs="?", default="list")

@@ -26,7 +26,9 @@ R = TypeVar("R")
 
 
 def max_jobs() -> int:
-    raw = os.environ.get("MAX_JOBS", "").strip()
+    from .. import config
+
+    raw = config.text("MAX_JOBS")  # the environment (as torch reads it), or a config file's max_jobs
     if not raw:
         return max(1, os.cpu_count() or 1)
     if not raw.isdigit() or int(raw) < 1:
