@@ -72,8 +72,11 @@ def test_a_bundled_store_folder_serves_a_machine_without_a_compiler(built: Path,
     assert "nothing named nosuch" in capsys.readouterr().err
 
 
-def test_a_bundle_wheel_installs_and_registers_its_store(built: Path, tmp_path: Path) -> None:
-    """pip install the wheel (no compiler, no setting): its entry point names the store."""
+@pytest.mark.parametrize("umask", [0o022, 0o002], ids=["umask-022", "umask-002"])
+def test_a_bundle_wheel_installs_and_registers_its_store(built: Path, tmp_path: Path, umask: int) -> None:
+    """pip install the wheel (no compiler, no setting): its entry point names the store. Under
+    umask 002 (the default where each user has a private group) pip leaves the store
+    group-writable: it was refused whole, so ABICACHE_BUILD=never failed."""
     from packaging.tags import sys_tags
 
     dist = tmp_path / "dist"
@@ -86,13 +89,17 @@ def test_a_bundle_wheel_installs_and_registers_its_store(built: Path, tmp_path: 
     with zipfile.ZipFile(wheel) as z:
         assert "[abicache.stores]" in z.read("mylib_kernels-1.0.dist-info/entry_points.txt").decode()
     venv = tmp_path / "venv"
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
-    python = str(venv / "bin" / "python")
-    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
+    old = os.umask(umask)  # pip makes the venv's files as the umask says
+    try:
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+        assert made.returncode == 0, made.stderr
+        python = str(venv / "bin" / "python")
+        installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                                   capture_output=True, text=True, timeout=300)
+    finally:
+        os.umask(old)
     assert installed.returncode == 0, installed.stderr[-2000:]
-    env = _no_compiler(tmp_path)
+    env = _no_compiler(tmp_path, ABICACHE_BUILD="never")
     env["PYTHONPATH"] = f"{SRC}{os.pathsep}{os.pathsep.join(p for p in sys.path if p.endswith('site-packages'))}"
     used = subprocess.run([python, "-c", USE, str(tmp_path / "fresh")], capture_output=True, text=True, env=env,
                           timeout=120)
