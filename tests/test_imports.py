@@ -2,7 +2,7 @@
 
 Every import counts, lazy ones inside functions and TYPE_CHECKING ones too:
 a circle that only closes at run time still ties two rooms into one.
-The floors are DESIGN.md's layers, bottom first; a module may import its own
+The floors are ARCHITECTURE.md's layers (its code map), bottom first; a module may import its own
 floor and the ones below it, never one above.
 """
 

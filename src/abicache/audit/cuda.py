@@ -2,7 +2,7 @@
 fatbins embedded in host libraries, and the CUDA libraries a host .so needs.
 
 No public library parses these; the encodings below were measured on the
-toolchains here (see shared/notes/cuda.md) and the tests cross-check the
+toolchains here (nvcc 12 and 13, cuobjdump), and the tests cross-check the
 (kind, arch) lists against cuobjdump where it is installed.
 """
 

@@ -6,8 +6,8 @@ not the specs, response files, `.incbin` data, archives and linker scripts
 the driver, assembler and linker read, nor the headers that were looked for
 first and not found (a header that would shadow the one used, a
 `__has_include` probe). observe.c, preloaded into the compiler driver and
-every tool it runs, reports all of it (../shared notes: about 0-4% of a
-compile). It is compiled once per store with the C compiler (tools/observe-*),
+every tool it runs, reports all of it (at about 0-4% of a compile's time,
+measured when it was written). It is compiled once per store with the C compiler (tools/observe-*),
 and used wherever it loads: a tool that it cannot reach (a static binary)
 leaves only its depfile, which the engine records as before.
 """

@@ -1,5 +1,5 @@
 """The store's write side: stage a build, hash and link its files to their blobs, write and
-fsync the manifest, rename the variant into entries/ (DESIGN.md's publish protocol), and
+fsync the manifest, rename the variant into entries/ (the publish protocol, ARCHITECTURE.md), and
 stamp what was published. A mixin of store.local.Store.
 
 A reader sees either no variant or a complete one, whatever is killed when; if the rename
