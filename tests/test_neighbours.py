@@ -624,3 +624,34 @@ def test_every_setting_config_list_shows_takes_effect_from_a_file_or_is_refused(
     assert rc == 1 and "environment alone" in json.loads(out)["refused"][f"{settings_file.user_file()}: dropin"]
     rc, _, err = _cli("config", "set", "dropin", "torch")
     assert rc == 2 and "environment alone" in err
+
+
+@HOSTILE
+def test_the_observers_private_copy_is_never_one_another_user_planted(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy made for a store path LD_PRELOAD would split lives in a folder of the user's
+    own under $XDG_RUNTIME_DIR or /tmp: one another user made there first, with a library at
+    the copy's very name, is passed over, and its code never runs in a compiler."""
+    from abicache.engine import observe
+    from test_fidelity import UNIT, fresh, header, write
+
+    mine = tmp_path / "runtime"
+    mine.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(mine))
+    observe._built.clear()
+    copy = observe.library(tmp_path / "a store: with a space" / "tools")
+    observe._built.clear()
+    assert copy is not None and copy.parent.parent == mine
+    public = hostile.public_dir()
+    evil = hostile.evil_file(tmp_path)
+    hostile.as_attacker("sh", "-c", f"mkdir -m 755 '{public / copy.parent.name}' && "
+                                    f"cp '{evil}' '{public / copy.parent.name / copy.name}'")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(public))
+    assert observe.library(tmp_path / "another store: with a space" / "tools").parent.parent != public
+    observe._built.clear()
+    proj, mark = tmp_path / "proj", tmp_path / "PLANTED-CODE-RAN"
+    write(proj / "src" / "x.cpp", UNIT)
+    write(proj / "inc" / "v.h", header(7))
+    got = fresh(tmp_path / "third store: with a space", ["src/x.cpp"], cwd=proj, cflags=["-Iinc"],
+                env={"XDG_RUNTIME_DIR": str(public), "ABICACHE_PLANTED_MARK": str(mark)})
+    assert got["value"] == 7 and got["warnings"] == [] and not mark.exists(), got

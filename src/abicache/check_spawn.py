@@ -18,12 +18,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .store import lock
+
 if TYPE_CHECKING:
     from .cache import Artifact, Cache
 
 #: checks of one store that may run at once
 SLOTS = 1
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def every() -> int:
@@ -49,7 +50,9 @@ def start(cache: Cache, key: str) -> bool:
     this key runs; False (and nothing started) otherwise."""
     folder = cache.store.layout.locks / "checks"  # gc removes its files while no check holds them
     cache.store.make_dir(folder)
-    held = [fd for fd in (_take(folder, f"check-{key[:32]}.lock"), _free_slot(folder)) if fd is not None]
+    mode = cache.store.trust.file_mode
+    held = [fd for fd in (lock.hold(folder / f"check-{key[:32]}.lock", mode), _free_slot(folder, mode))
+            if fd is not None]
     try:
         if len(held) < 2:
             return False
@@ -60,25 +63,12 @@ def start(cache: Cache, key: str) -> bool:
             os.close(fd)  # the child's copies keep the locks until it exits
 
 
-def _free_slot(folder: Path) -> int | None:
+def _free_slot(folder: Path, mode: int) -> int | None:
     for slot in range(SLOTS):
-        fd = _take(folder, f"check-slot-{slot}.lock")
+        fd = lock.hold(folder / f"check-slot-{slot}.lock", mode)
         if fd is not None:
             return fd
     return None
-
-
-def _take(folder: Path, name: str) -> int | None:
-    """An open descriptor holding an exclusive flock on folder/name, or None if another holds it."""
-    import fcntl
-
-    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | _NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _spawn(cache: Cache, key: str, fds: list[int]) -> None:

@@ -172,3 +172,10 @@ def private_group(uid: int, gid: int) -> bool:
     except KeyError:
         return False
     return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def quoted(path: Path) -> str:
+    """A path as a shell command line may hold it (a fix we print): a name can hold ~, $ or spaces."""
+    import shlex
+
+    return shlex.quote(str(path))

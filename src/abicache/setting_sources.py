@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from . import settings_file
-from .owners import Trust, group_setting, private_group
+from .owners import Trust, group_setting, quoted
 
 if TYPE_CHECKING:
     #: (the value or None, where it comes from: "environment", a file's path, or "default"): a
@@ -161,7 +161,7 @@ def user_values(path: Path, variables: Mapping[str, tuple[str, str]]) -> dict[st
     problem = _verdict(path, None)
     if problem is not None and problem != "absent":
         raise ConfigError(f"config file {path}: {problem}; others could choose your settings. "
-                          f"Fix: chmod go-w -- {_quoted(path)} (a regular file of yours), or remove it")
+                          f"Fix: chmod go-w -- {quoted(path)} (a regular file of yours), or remove it")
     return settings_file.values(path, variables) if problem is None else {}
 
 
@@ -222,8 +222,8 @@ def _refuse(path: Path, key: str, why: str) -> None:
 
 def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str | None:
     """Why a config file (or, with folder, a store root) may not be trusted: "absent",
-    another reason, or None. The user's file: group None, where a group write bit is
-    accepted for the user's own private group only."""
+    another reason, or None. The user's file: group None. A group write bit is accepted
+    for the owner's own private group (what umask 002 leaves)."""
     try:
         st = os.lstat(os.path.realpath(path) if folder else path)  # a link to the root is followed, as ensure_root does
     except FileNotFoundError:
@@ -236,20 +236,5 @@ def file_problem(path: Path, group: str | None, *, folder: bool = False) -> str 
         return "is not a regular file" if not folder else "is not a folder"
     if not hasattr(os, "geteuid"):
         return None
-    trust = Trust(group)
-    problem = trust.problem(st, "it")
-    if problem is not None and group is None and _private_group_write(st):
-        return None
+    problem = Trust(group, private_groups=True).problem(st, "it")
     return None if problem is None else problem.removeprefix("it ")
-
-
-def _private_group_write(st: os.stat_result) -> bool:
-    """Only the group write bit is set, and the group is the owner's own private one
-    (umask 002 on systems with a group per user)."""
-    return not st.st_mode & stat.S_IWOTH and st.st_uid in (os.geteuid(), 0) and private_group(st.st_uid, st.st_gid)
-
-
-def _quoted(path: Path) -> str:
-    import shlex
-
-    return shlex.quote(str(path))

@@ -222,7 +222,7 @@ def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> tuple[Path
     import subprocess
     import tempfile
 
-    os.makedirs(folder.parent, mode=0o700, exist_ok=True)  # 0700 whatever the umask (the store's rule)
+    os.makedirs(folder.parent, mode=0o755, exist_ok=True)  # never group-writable, whatever the umask
     with tempfile.TemporaryDirectory(prefix="observe-", dir=folder.parent) as work:
         src = Path(work) / "observe.c"
         src.write_bytes(source)

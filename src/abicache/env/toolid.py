@@ -184,7 +184,7 @@ def _write_record(record: Path | None, stamp: tuple[Any, ...], value: str) -> No
     if record is None:
         return
     try:
-        os.makedirs(record.parent, mode=0o700, exist_ok=True)  # never group-writable, whatever the umask
+        os.makedirs(record.parent, mode=0o755, exist_ok=True)  # never group-writable, whatever the umask
         tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "w") as out:  # 0644 whatever the umask allows more: _believed reads it

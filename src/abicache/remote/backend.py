@@ -15,8 +15,9 @@ Layout (both engines):
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 #: receives each chunk of a download, in order (bytes or a memoryview, valid during the call)
 Sink = Callable[["bytes | memoryview"], None]
@@ -189,3 +190,36 @@ def file_chunks(path: Path, advance: Advance) -> Iterator[bytes]:
         while chunk := fh.read(CHUNK):
             advance(len(chunk))
             yield chunk
+
+
+class Watchdog:
+    """Calls `cut` from a watchdog thread once `seconds` have passed, and every 0.2 s after
+    that until it is stopped: what bounds a call in total time where a socket's timeout
+    restarts with every byte (redis_kv.py cuts its connections, http.py its sockets)."""
+
+    def __init__(self, seconds: float, cut: Callable[[], None]) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._cut = cut
+        self._done = threading.Event()
+
+    def start(self) -> Watchdog:
+        threading.Thread(target=self._watch, daemon=True, name="abicache-deadline").start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        self.expired = True
+        while not self._done.is_set():
+            self._cut()
+            self._done.wait(0.2)
+
+    def __enter__(self) -> Watchdog:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

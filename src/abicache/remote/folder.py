@@ -276,10 +276,8 @@ class FolderBackend(Static):
         link named like one is no blob: listing folders here once made prune think every
         manifest named a missing blob)."""
         for prefix in self._listed("v1/blobs"):
-            for name in self._listed(f"v1/blobs/{prefix}", files=True):
-                if len(name) == 64:
-                    st = self._bounded(lambda: os.lstat(self._p(f"v1/blobs/{prefix}/{name}")), f"blob {name[:16]}")
-                    yield Listed(name, st.st_size, st.st_mtime)
+            folder = f"v1/blobs/{prefix}"
+            yield from self._bounded(lambda: _files_listed(self._p(folder)), f"listing {folder}")
 
     def delete_manifest(self, kind: str, key: str, variant: str) -> None:
         self._bounded(lambda: self._delete_manifest(kind, key, variant), f"deleting {kind}/{key[:16]}/{variant}")
@@ -360,6 +358,19 @@ def _mark(path: Path) -> None:
                 raise RemoteError(f"{path} is a folder where a mark file belongs: remove it") from None
             os.unlink(path)  # a link, a FIFO: not ours
     raise RemoteError(f"{path} keeps being replaced while it is written")
+
+
+def _files_listed(folder: Path) -> list[Listed]:
+    """The regular files named by a digest in folder, with their sizes and times (one listing)."""
+    try:
+        with os.scandir(folder) as it:
+            found = [(e.name, e.stat(follow_symlinks=False)) for e in it
+                     if len(e.name) == 64 and e.is_file(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise RemoteError(f"listing {folder} failed ({exc.strerror})") from None
+    return [Listed(name, st.st_size, st.st_mtime) for name, st in sorted(found)]
 
 
 def _names(folder: Path, files: bool = False) -> list[str]:

@@ -4,8 +4,8 @@ that serves a folder remote (remote/folder.py: `abicache push --remote file:///s
 Nothing is listed: a key's variants come from its index file (folder.INDEX_SUFFIX).
 Bounded before trusted, as the other engines: every request has one deadline for
 the whole of it, status line, headers and body together (ABICACHE_REMOTE_TIMEOUT,
-plus size / MIN_RATE for what it may download): a watchdog shuts its socket down
-when the deadline passes, so a server that drips a byte a second is cut off
+plus size / MIN_RATE for what it may download): a watchdog (backend.Watchdog, as
+Redis's calls have) shuts its sockets down when the deadline passes, so a server that drips a byte a second is cut off
 wherever it drips (a socket timeout alone restarts with every byte). Nothing is read
 past the size announced for it (an index or manifest past its limit is not read at
 all; a blob is streamed to the verifier, which stops at its manifest's size). It is
@@ -18,85 +18,67 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 from ..errors import RemoteError
-from .backend import CHUNK, MIN_RATE, Listed, Sink, Static, blob_name, entry_prefix, first_line
+from .backend import CHUNK, MIN_RATE, Listed, Sink, Static, Watchdog, blob_name, entry_prefix, first_line
 from .folder import INDEX_BYTES, index_name, names_index, parse_index
 from .url import RemoteURL
 
 _READ = 64 << 10
 
 
-class _Deadline:
-    """One request's deadline: every connection made for it (a redirect makes another) is
-    shut down when it passes, whatever the server is sending."""
+class _Sockets:
+    """The sockets one request opened (a redirect opens another): its watchdog shuts them all
+    down, and a blocked read returns at once."""
 
-    def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
-        self.passed = False
-        self._sockets: list[socket.socket] = []
+    def __init__(self) -> None:
+        self._open: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
 
-    def watch(self, sock: socket.socket) -> None:
+    def add(self, sock: socket.socket) -> None:
         with self._lock:
-            self._sockets.append(sock)
-            if not self.passed:
-                return
-        self._shut(sock)
+            self._open.append(sock)
 
-    def _expire(self) -> None:
+    def shut(self) -> None:
         with self._lock:
-            self.passed = True
-            sockets = list(self._sockets)
+            sockets = list(self._open)
         for sock in sockets:
-            self._shut(sock)
-
-    @staticmethod
-    def _shut(sock: socket.socket) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)  # a blocked recv returns at once
-        except OSError:
-            pass
-
-    def cancel(self) -> None:
-        self._timer.cancel()
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
-def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Any:
-    """A connection class of `base` whose sockets the deadline shuts down."""
+def _watched(base: type[http.client.HTTPConnection], sockets: _Sockets) -> Any:
+    """A connection class of `base` whose sockets join the request's."""
 
     class Watched(base):  # type: ignore[misc, valid-type]
         def connect(self) -> None:
             super().connect()
-            deadline.watch(self.sock)
+            sockets.add(self.sock)
 
     return Watched
 
 
 class _Handler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
+    def __init__(self, sockets: _Sockets) -> None:
         super().__init__()
-        self._deadline = deadline
+        self._sockets = sockets
 
     def http_open(self, req: Any) -> Any:
-        return self.do_open(_watched(http.client.HTTPConnection, self._deadline), req)
+        return self.do_open(_watched(http.client.HTTPConnection, self._sockets), req)
 
 
 class _TLSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline, context: Any) -> None:
+    def __init__(self, sockets: _Sockets, context: Any) -> None:
         super().__init__(context=context)
-        self._deadline = deadline
+        self._sockets = sockets
 
     def https_open(self, req: Any) -> Any:
-        return self.do_open(_watched(http.client.HTTPSConnection, self._deadline), req,
-                            context=self._context)
+        return self.do_open(_watched(http.client.HTTPSConnection, self._sockets), req, context=self._context)
 
 
 class HttpBackend(Static):
@@ -106,11 +88,11 @@ class HttpBackend(Static):
         self._timeout = timeout
         self._context = _tls_context(url.option("ca")) if url.scheme == "https" else None
 
-    def _open(self, name: str, deadline: _Deadline, method: str = "GET") -> Any:
+    def _open(self, name: str, deadline: Watchdog, sockets: _Sockets, method: str = "GET") -> Any:
         """The response, or None for a 404; RemoteError for anything else."""
         request = urllib.request.Request(self._base + name, method=method,
                                          headers={"User-Agent": "abicache", "Accept-Encoding": "identity"})
-        opener = urllib.request.build_opener(_Handler(deadline), _TLSHandler(deadline, self._context))
+        opener = urllib.request.build_opener(_Handler(sockets), _TLSHandler(sockets, self._context))
         try:
             return opener.open(request, timeout=self._timeout)
         except urllib.error.HTTPError as exc:
@@ -121,25 +103,27 @@ class HttpBackend(Static):
         except (OSError, ValueError, http.client.HTTPException) as exc:
             raise self._failed(name, deadline, exc) from None
 
-    def _failed(self, name: str, deadline: _Deadline, exc: BaseException) -> RemoteError:
-        if deadline.passed:
+    def _failed(self, name: str, deadline: Watchdog, exc: BaseException) -> RemoteError:
+        if deadline.expired:
             return RemoteError(f"GET {self._shown}/{name}: too slow (no whole answer within its deadline: "
                                f"{self._timeout} s + {MIN_RATE >> 20} MiB/s; ABICACHE_REMOTE_TIMEOUT sets it)")
         return RemoteError(f"GET {self._shown}/{name} failed ({first_line(exc)})")
 
-    def _request(self, name: str, size: int, method: str = "GET") -> tuple[Any, _Deadline]:
-        deadline = _Deadline(self._timeout + size / MIN_RATE)
+    def _request(self, name: str, size: int, method: str = "GET") -> tuple[Any, Watchdog]:
+        """The response (None for a 404) and the watchdog over the whole request: stop it when done."""
+        sockets = _Sockets()
+        deadline = Watchdog(self._timeout + size / MIN_RATE, sockets.shut).start()
         try:
-            return self._open(name, deadline, method), deadline
+            return self._open(name, deadline, sockets, method), deadline
         except BaseException:
-            deadline.cancel()
+            deadline.stop()
             raise
 
     def _get(self, name: str, limit: int) -> bytes | None:
         """At most limit bytes; None if absent or larger (its announced length is checked first)."""
         response, deadline = self._request(name, limit)
         if response is None:
-            deadline.cancel()
+            deadline.stop()
             return None
         chunks, size = [], 0
         try:
@@ -155,8 +139,8 @@ class HttpBackend(Static):
         except (OSError, http.client.HTTPException) as exc:
             raise self._failed(name, deadline, exc) from None
         finally:
-            deadline.cancel()
-        if deadline.passed:  # cut short: what came is not the whole file
+            deadline.stop()
+        if deadline.expired:  # cut short: what came is not the whole file
             raise self._failed(name, deadline, TimeoutError())
         return b"".join(chunks)
 
@@ -174,7 +158,7 @@ class HttpBackend(Static):
 
     def has_blob(self, sha256: str) -> bool:
         response, deadline = self._request(blob_name(sha256), 0, "HEAD")
-        deadline.cancel()
+        deadline.stop()
         if response is None:
             return False
         response.close()
@@ -184,7 +168,7 @@ class HttpBackend(Static):
         name = blob_name(sha256)
         response, deadline = self._request(name, size)
         if response is None:
-            deadline.cancel()
+            deadline.stop()
             return False
         try:
             with response:
@@ -193,8 +177,8 @@ class HttpBackend(Static):
         except (OSError, http.client.HTTPException) as exc:
             raise self._failed(name, deadline, exc) from None
         finally:
-            deadline.cancel()
-        if deadline.passed:
+            deadline.stop()
+        if deadline.expired:
             raise self._failed(name, deadline, TimeoutError())
         return True
 

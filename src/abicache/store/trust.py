@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 
 from ..errors import UntrustedRootError
-from ..owners import Trust, group_setting  # noqa: F401  (the store's policy; re-exported)
+from ..owners import Trust, group_setting, quoted  # noqa: F401  (the store's policy; re-exported)
 from . import transient
 
 _POSIX = hasattr(os, "geteuid")
@@ -56,13 +56,6 @@ def ensure_root(root: Path, trust: Trust, *, create: bool = True) -> Path:
     return real
 
 
-def _quoted(path: Path) -> str:
-    """A path as a shell command line may hold it: a folder's name can hold ~, $ or spaces."""
-    import shlex
-
-    return shlex.quote(str(path))
-
-
 def _check_root(root: Path, st: os.stat_result, trust: Trust) -> None:
     problem = trust.problem(st, f"cache root {root}")
     if problem is None:
@@ -71,7 +64,7 @@ def _check_root(root: Path, st: os.stat_result, trust: Trust) -> None:
         hint = ("Use a root of your own (ABICACHE_DIR), or set ABICACHE_SHARED=<group> if it is a cache "
                 "shared by a group you trust and its owner is a member.")
         raise UntrustedRootError(f"{problem}; loading a library from it would run code that user controls. {hint}")
-    fix = f"chmod o-w -- {_quoted(root)}" if trust.shared else f"chmod go-w -- {_quoted(root)}"
+    fix = f"chmod o-w -- {quoted(root)}" if trust.shared else f"chmod go-w -- {quoted(root)}"
     hint = "" if trust.shared else ", or set ABICACHE_SHARED=<group> for a cache shared by a trusted group"
     raise UntrustedRootError(
         f"{problem}; anyone who can write there can run code in your processes. Fix: {fix}{hint}."
@@ -88,6 +81,6 @@ def _check_ancestors(root: Path) -> None:
         if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
             raise UntrustedRootError(
                 f"cache root {root} lies in {folder}, which anyone may write (mode {stat.S_IMODE(st.st_mode):o}, "
-                f"no sticky bit): they could replace the cache. Fix: chmod o-w -- {_quoted(folder)} (or +t), or move "
+                f"no sticky bit): they could replace the cache. Fix: chmod o-w -- {quoted(folder)} (or +t), or move "
                 "ABICACHE_DIR."
             )
