@@ -129,7 +129,7 @@ def forged_lease(work: Path) -> Callable[[Row], None]:
     """A lease written by anyone who can write the remote, in a fleet that signs."""
     def run(row: Row) -> None:
         from abicache import Cache
-        from abicache.key import Inputs
+        from abicache.core.key import Inputs
         from abicache.remote import keys
 
         waits = []
@@ -231,7 +231,7 @@ def variant_flood(work: Path, engine: str, variants: int) -> Callable[[Row], Non
     """Variants of 4 MiB (the manifest cap) filed under a key by anyone who can write the remote."""
     def run(row: Row) -> None:
         from abicache import Cache
-        from abicache.key import Inputs
+        from abicache.core.key import Inputs
         from abicache.store import manifest as mf
 
         for _, url, raw in _remotes((engine,)):

@@ -41,11 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "bench" / "results"
 
-from abicache import cc, key as keys  # noqa: E402
+from abicache import cc
+from abicache.core import key as keys  # noqa: E402
 from abicache import torch as abitorch  # noqa: E402
 from abicache.env import Facts  # noqa: E402
-from abicache.key import Inputs  # noqa: E402
-from abicache.requirements import Requirements  # noqa: E402
+from abicache.core.key import Inputs  # noqa: E402
+from abicache.values.requirements import Requirements  # noqa: E402
 
 ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX",
              "C project, header edited", "AMD code object", "C++ project, shadowing header", "C++ project, $CXX words"]
@@ -141,7 +142,7 @@ def request(art: str, env: Env) -> str:
 
 
 def _runs(target: str, device: str) -> bool:
-    from abicache.archs import parse_target
+    from abicache.values.archs import parse_target
 
     return parse_target(target).runs_on(parse_target(device))
 

@@ -27,7 +27,8 @@ Outcome = Callable[[Path], None]
 def _trials(row: Any, column: str, trials: int, scenario: Callable[[Path, pytest.MonkeyPatch], None]) -> None:
     """Run the scenario `trials` times in fresh folders, counting broken promises in `column`
     (a time-out counts as a hang wherever it happens: nothing may wait past its bound)."""
-    from abicache import settings_file, tiers
+    from abicache.settings import settings_file
+    from abicache.shipping import tiers
 
     for _ in range(trials):
         work = Path(tempfile.mkdtemp(prefix="abicache-neighbours-"))

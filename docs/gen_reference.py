@@ -14,7 +14,7 @@ os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: fix it for
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "src"))
 
-from abicache import config  # noqa: E402
+from abicache.settings import config  # noqa: E402
 from abicache.cli.main import build_parser  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def cli_md() -> str:
 def configuration_md() -> str:
     rows = "\n".join(f"| `{name}` | `{default}` | {meaning} |" for name, (default, meaning) in config.VARIABLES.items())
     return ("# Configuration\n\nEvery setting is an environment variable (generated from "
-            "`abicache.config.VARIABLES`; `abicache env` shows the values in effect), and can also be kept "
+            "`abicache.settings.config.VARIABLES`; `abicache env` shows the values in effect), and can also be kept "
             "in a TOML file under its name without `ABICACHE_`, in lower case (`max_size = \"10G\"`). "
             "The environment wins, then the user's `~/.config/abicache/config.toml` (`$XDG_CONFIG_HOME`), "
             "then the default. A store's `<root>/abicache.toml` sets what belongs to the store (its size cap, "

@@ -32,7 +32,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
     # the user's own config file (~/.config/abicache/config.toml) must not steer the tests
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
-    from abicache import settings_file, tiers
+    from abicache.settings import settings_file
+    from abicache.shipping import tiers
 
     settings_file.forget()
     tiers.forget()  # read-only stores are found once per process: each test finds its own

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from abicache import Cache, Facts, Requirement
-from abicache.archs import parse_device, parse_target
+from abicache.values.archs import parse_device, parse_target
 from abicache.audit import AuditError, audit_file
 from conftest import SRC
 from test_triton import compile_with, entries, has_triton, py312  # noqa: F401  (a fixture)

@@ -37,7 +37,7 @@ EXPECTED = [
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Each arch built by a job of its own (one store each, as a CI matrix), then bundled
     into one store: five variants of one key."""
-    from abicache.bundle import write_store
+    from abicache.shipping.bundle import write_store
 
     if probes.nvcc_path() is None:
         pytest.skip("nvcc is not installed (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
@@ -79,7 +79,7 @@ def test_the_variant_chosen_for_each_device_set_follows_cudas_rules(store: Path,
 @pytest.mark.parametrize(("devices", "expected"), EXPECTED)
 def test_a_read_only_store_chooses_as_the_local_one_does(store: Path, devices: str, expected: str | None,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from abicache import tiers
+    from abicache.shipping import tiers
 
     monkeypatch.setenv("ABICACHE_READ_STORES", str(store))
     tiers.forget()

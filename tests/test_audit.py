@@ -258,7 +258,7 @@ def test_published_entries_carry_detected_requirements_and_evidence(root: Path) 
 
 def test_the_audit_needs_no_pyelftools(tmp_path: Path) -> None:
     """Seen on a GPU image without pyelftools: the audit called every cubin 'malformed'.
-    The tables are now read by abicache.elftables, so the audit works without it."""
+    The tables are now read by abicache.native.elftables, so the audit works without it."""
     script = ("import sys; sys.modules['elftools'] = None\n"
               "from abicache.audit import audit_file\n"
               "audited = audit_file(sys.argv[1])\n"

@@ -66,3 +66,12 @@ def test_flipped_bytes(tmp_path: Path, data: st.DataObject) -> None:
        body=st.binary(max_size=2048))
 def test_random_inputs_behind_real_magic(tmp_path: Path, prefix: bytes, body: bytes) -> None:
     _audit_bytes(prefix + body, tmp_path)
+
+
+@pytest.mark.parametrize("target", ["sm_8", "sm_", "sm_9x", "sm_8a"])
+def test_a_ptx_header_cut_inside_its_target_is_an_audit_error(tmp_path: Path, target: str) -> None:
+    # found by test_truncated_inputs: `.target sm_80` cut after `sm_8` escaped as a RequirementSyntaxError
+    path = tmp_path / "cut.ptx"
+    path.write_text(f".version 8.0\n.target {target}\n.address_size 64\n")
+    with pytest.raises(AuditError, match="PTX target"):
+        audit_file(path)

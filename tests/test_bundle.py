@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from abicache import Cache, cc
-from abicache.bundle import platform_tag
+from abicache.shipping.bundle import platform_tag
 from abicache.cli.main import main
-from abicache.requirements import Requirements
+from abicache.values.requirements import Requirements
 from conftest import SRC, need
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
@@ -137,9 +137,9 @@ def test_entries_for_two_machines_need_two_wheels() -> None:
 def test_the_last_job_of_a_matrix_bundles_every_jobs_variants(tmp_path: Path) -> None:
     """Each job of a CI matrix bundles what it built (a store folder, its artifact); the last one
     bundles them all (--from) into one wheel's store: one variant per GPU arch here, each job's own."""
-    from abicache.bundle import select, write_store
+    from abicache.shipping.bundle import select, write_store
     from abicache.env import Facts
-    from abicache.tiers import Tier
+    from abicache.shipping.tiers import Tier
 
     jobs = []
     for arch in ("sm_80", "sm_90"):
@@ -266,7 +266,7 @@ def test_abicache_build_never_and_always(built: Path, tmp_path: Path, capsys: py
 ])
 def test_the_wheels_python_tags_and_torch_pin_come_from_the_variants(
         requirements: list[list[str]], tags: tuple[str, str], torch: str | None) -> None:
-    from abicache.bundle import python_tags, torch_requirement
+    from abicache.shipping.bundle import python_tags, torch_requirement
 
     manifests = [SimpleNamespace(requirements=Requirements.of(r)) for r in requirements]
     assert python_tags(manifests) == tags and torch_requirement(manifests) == torch

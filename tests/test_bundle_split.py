@@ -89,7 +89,7 @@ def test_split_by_arch_makes_a_provider_per_arch_each_installable(store: Path, t
         done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels)],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (label, done.stderr[-1500:])
-        env = subprocess.run([python, "-c", "from abicache import tiers; print(len(tiers.tiers()))"],
+        env = subprocess.run([python, "-c", "from abicache.shipping import tiers; print(len(tiers.tiers()))"],
                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120)
         assert env.stdout.strip() == str(len(wheels)), (label, env.stdout, env.stderr[-1000:])
 

@@ -467,6 +467,6 @@ def test_max_size_evicts_after_builds_and_gc_leaves_no_strays(tmp_path: Path, mo
 
 
 def _as(doc: dict) -> object:
-    from abicache.key import Inputs
+    from abicache.core.key import Inputs
 
     return Inputs.make(**doc)

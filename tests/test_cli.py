@@ -394,7 +394,7 @@ def test_explain_last_says_why_each_recent_miss_missed(root: Path, capsys: pytes
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Every miss is noted (log/misses.jsonl, two files of bounded size); `explain --last N`
     compares each with the entries of its name that were there then, not those built since."""
-    from abicache import explain
+    from abicache.core import explain
 
     cache = Cache(root)
     code = 'extern "C" int f() { return 1; }'
@@ -426,7 +426,7 @@ def test_config_files_and_their_precedence(tmp_path: Path, monkeypatch: pytest.M
     """The environment, then the store's abicache.toml, then the user's config.toml, then the
     default; `config set` refuses a value its setting would refuse (keeping the old one);
     an unknown key is flagged by `config list` (exit 1) and `abicache env`."""
-    from abicache import config, settings_file
+    from abicache.settings import config, settings_file
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "store"))

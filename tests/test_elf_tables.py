@@ -1,4 +1,4 @@
-"""abicache.elftables reads ELF tables with struct (pyelftools took 13 ms of the
+"""abicache.native.elftables reads ELF tables with struct (pyelftools took 13 ms of the
 audit after every link and up to 50 ms to read libstdc++'s version
 definitions): every value must equal what pyelftools reads, on real files."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from abicache import elftables
+from abicache.native import elftables
 from abicache.env import probes
 from corpus import PLAIN_C, gxx, nvcc
 from test_elf_symbols import _libraries

@@ -174,7 +174,7 @@ def test_the_default_root_is_platformdirs_answer(monkeypatch: pytest.MonkeyPatch
     """The fast path on Linux (no platformdirs import on a hit) agrees with platformdirs."""
     import platformdirs
 
-    from abicache import config
+    from abicache.settings import config
 
     for name, value in (("XDG_CACHE_HOME", xdg), ("HOME", home)):
         if value is None:

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -376,7 +375,7 @@ def test_a_header_saved_just_after_the_compiler_exits_is_never_served_stale(proj
     signal = tmp_path / "exited"
     wrapper = write(tmp_path / "cxx.sh", f'#!/bin/sh\nc++ "$@"\nrc=$?\n: > "{signal}"\nexit $rc\n')
     wrapper.chmod(0o755)
-    saver = textwrap.dedent(f"""
+    saver = textwrap.dedent("""
         import os, sys, time
         signal, target, value, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
         deadline = time.monotonic() + 120

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from abicache.env import Facts
-from abicache.key import Inputs, compute, normalize_flags
+from abicache.core.key import Inputs, compute, normalize_flags
 
 FACTS = Facts.from_dict({"compiler.cxx": "gcc 12.2.0", "python.abi": "cp311"})
 

@@ -111,7 +111,7 @@ def test_gc_removes_the_old_layout_and_what_no_entry_owns(root: Path, version: s
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_a_read_only_store_of_the_old_layout_is_named_and_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    version: str) -> None:
-    from abicache import tiers
+    from abicache.shipping import tiers
 
     old = tmp_path / "shipped"
     (old / version / "entries").mkdir(parents=True)

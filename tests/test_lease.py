@@ -91,7 +91,7 @@ def _mallory(tmp_path: Path, url: str) -> tuple[str, object]:
 
 
 def _inputs():  # type: ignore[no-untyped-def]
-    from abicache.key import Inputs
+    from abicache.core.key import Inputs
 
     return Inputs.make(extra={"name": "thing"})
 

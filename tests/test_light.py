@@ -12,7 +12,7 @@ from conftest import need, run_py
 # ctypes is not here: abicache.cc imports it so that the first hit does not pay for it.
 HEAVY = ["torch", "triton", "filelock", "platformdirs", "elftools", "abi3info", "rich", "boto3",
          "obstore", "redis", "cryptography", "packaging", "subprocess", "logging", "dataclasses",
-         "tempfile", "abicache.explain", "abicache.store.lock", "abicache.cli"]
+         "tempfile", "abicache.core.explain", "abicache.store.lock", "abicache.cli"]
 
 
 def test_import_abicache_pulls_in_nothing_heavy() -> None:
@@ -64,8 +64,8 @@ HIT = textwrap.dedent("""
 
 #: nor what only a miss uses: the other stores and tiers, the fallback store, the CUDA probe
 #: (the entry asks no CUDA fact), the build's tools
-HIT_HEAVY = ("torch", "triton", "filelock", "elftools", "rich", "shlex", "abicache.asked", "abicache.tiers",
-             "abicache.fallback", "abicache.env.cuda_probe", "abicache.store.lock", "abicache.audit")
+HIT_HEAVY = ("torch", "triton", "filelock", "elftools", "rich", "shlex", "abicache.store.asked", "abicache.shipping.tiers",
+             "abicache.core.fallback", "abicache.env.cuda_probe", "abicache.store.lock", "abicache.audit")
 
 
 def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path) -> None:
@@ -89,11 +89,11 @@ def test_the_torch_frontend_imports_nothing_only_a_miss_uses() -> None:
         pytest.skip("torch is not installed")
     code = COUNT_PATTERNS + (
         f"import sys, json, torch; before = set(sys.modules); compiled.clear(); import abicache.torch as at; "
-        f"print(json.dumps([m for m in {HIT_HEAVY + ('abicache.torch_compile',)!r} "
+        f"print(json.dumps([m for m in {HIT_HEAVY + ('abicache.frontends.torch_compile',)!r} "
         f"if m in sys.modules and m not in before]), json.dumps(compiled), at.compile_cache.__name__)")
     out = run_py(code, env={"ABICACHE_DIR": "/nonexistent"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[]", "[]", "abicache.torch_compile"]  # no module, no pattern compiled
+    assert out.stdout.split() == ["[]", "[]", "abicache.frontends.torch_compile"]  # no module, no pattern compiled
 
 
 def test_a_hit_writes_nothing_within_the_touch_interval(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import hostile
-from abicache import Cache, cc, config, settings_file
+from abicache import Cache, cc
+from abicache.settings import config, settings_file
 from abicache.errors import ConfigError, UntrustedRootError
 from conftest import SRC
 from test_store_safety import _planted_store
@@ -192,7 +193,7 @@ def test_a_user_file_group_writable_by_a_private_group_is_read(tmp_path: Path, m
 
 def test_sloppiness_and_check_in_the_users_file_take_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`abicache config list` listed them, but they were read from the environment only."""
-    from abicache import check_spawn
+    from abicache.frontends import check_spawn
     from abicache.engine import roots
 
     (tmp_path / "xdg" / "abicache").mkdir(parents=True)
@@ -270,7 +271,7 @@ def test_background_checks_are_bounded_per_store(tmp_path: Path) -> None:
 
 
 def test_no_second_check_of_an_entry_while_one_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from abicache import check_spawn
+    from abicache.frontends import check_spawn
 
     monkeypatch.setattr(check_spawn, "SLOTS", 3)
     cache = Cache(tmp_path / "store", remote=False)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from abicache import progress
+from abicache.console import progress
 from abicache.engine import pool
 
 

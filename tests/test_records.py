@@ -1,4 +1,4 @@
-"""abicache.records.named_tuple: typing.NamedTuple's classes without compiling annotations."""
+"""abicache.values.records.named_tuple: typing.NamedTuple's classes without compiling annotations."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from abicache.records import named_tuple
+from abicache.values.records import named_tuple
 
 
 @named_tuple

@@ -442,7 +442,7 @@ def test_a_recorded_path_with_a_backslash_is_signed_and_fetched(
     signed, published and checked on the other machine (signing raised on it)."""
     import hashlib
 
-    from abicache.cache import BuildResult
+    from abicache.core.cache import BuildResult
     from abicache.store.manifest import Dependency
 
     url, _ = remote
@@ -505,7 +505,7 @@ def test_signatures_survive_a_json_round_trip() -> None:
     path = Path(os.environ["ABICACHE_DIR"]).parent / "k.pem"
     path.write_bytes(pem)
     signer = keys.load_signer(path)
-    from abicache.requirements import Requirements
+    from abicache.values.requirements import Requirements
     from abicache.store.manifest import FileRecord, Manifest, parse, variant_id
 
     reqs = Requirements.of(["python.abi==cp311"])
@@ -751,7 +751,7 @@ def test_a_blob_named_again_loses_its_mark(tmp_path: Path, remote: tuple[str, Ra
 def test_a_key_flooded_with_variants_costs_one_bounded_lookup(tmp_path: Path, remote: tuple[str, Raw]) -> None:
     """Anyone who can write the remote can file junk variants under a key: a lookup reads
     at most ABICACHE_REMOTE_LOOKUP_BYTES of them, one at a time, and says so once."""
-    from abicache.replicate import refusal_count
+    from abicache.shipping.replicate import refusal_count
 
     url, raw = remote
     genuine = Cache(tmp_path / "A", remote=url).get_or_build("test", "victim", {"extra": {"v": 1}},
@@ -899,7 +899,7 @@ def test_bundle_from_the_remote_serves_a_machine_without_the_remote(tmp_path: Pa
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """`abicache bundle --remote` from every engine (file:// included): the entries CI pushed,
     packed into a read-only store that serves a machine with no remote and no builder."""
-    from abicache import tiers
+    from abicache.shipping import tiers
     from abicache.cli.main import main
 
     url, _ = remote

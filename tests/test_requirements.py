@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, strategies as st
 from packaging.version import Version
 
-from abicache import archs, versions
+from abicache.values import archs, versions
 from abicache.errors import RequirementSyntaxError
-from abicache.requirements import Requirement, Requirements
+from abicache.values.requirements import Requirement, Requirements
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}(\.[a-z0-9_]{1,8}){0,2}", fullmatch=True)
 tokens = st.from_regex(r"[A-Za-z0-9_.+\-:/=@]{1,12}", fullmatch=True)
@@ -160,7 +160,7 @@ def _random_texts(seed: int, count: int, longest: int = 8) -> list[str]:
 def test_names_and_values_are_checked_as_their_patterns_check_them() -> None:
     import re
 
-    from abicache import requirements as r
+    from abicache.values import requirements as r
 
     for text in _random_texts(1, 40000):
         assert r._is_name(text) == bool(re.fullmatch(r._NAME, text)), repr(text)
@@ -172,7 +172,7 @@ def test_names_and_values_are_checked_as_their_patterns_check_them() -> None:
 def test_lines_split_as_the_line_pattern_splits_them() -> None:
     import re
 
-    from abicache import requirements as r
+    from abicache.values import requirements as r
 
     line = re.compile(r._LINE)
     starts = ["python.abi == ", "torch.version >= ", "a.b in ", "gpu.arch ~= ", "x ", "x  == ", " x == "]

@@ -194,8 +194,9 @@ def test_a_wheels_entry_reaches_a_read_only_local_store_through_its_fallback(
     """A wheel's store keeps each file once (blobs only): its entry is copied into the local
     store at first use. Where the local store is read-only, that copy goes to the user's own
     fallback store, for lookup() as for get_or_build(), rather than failing."""
-    from abicache import Cache, tiers
-    from abicache.bundle import write_store
+    from abicache import Cache
+    from abicache.shipping import tiers
+    from abicache.shipping.bundle import write_store
 
     maintainer = Cache(tmp_path / "maintainer")
     built = maintainer.get_or_build("t", "x", {"extra": {"n": "1"}}, lambda out: (out / "f").write_bytes(b"x"))

@@ -117,8 +117,9 @@ def _chosen_variant(ctx: Context) -> dict:
     """One kernel shipped as a variant per arch (sm_80, sm_90, sm_90a, sm_100f cubins and compute_80
     PTX, one job each, bundled into one read-only store): the variant a fresh store takes for this
     machine's GPU, loaded by the driver and launched."""
-    from abicache import Cache, cuda, tiers
-    from abicache.bundle import write_store
+    from abicache import Cache, cuda
+    from abicache.shipping import tiers
+    from abicache.shipping.bundle import write_store
 
     case = "the variant chosen for this GPU"
     missing = _nvcc_ok()
@@ -240,7 +241,7 @@ def _arch_model_vs_driver(ctx: Context) -> list[dict]:
 def check_driver_floor(ctx: Context) -> list[dict]:
     from abicache import cuda
     from abicache.audit.cuda import driver_for_isa
-    from abicache.versions import compare
+    from abicache.values.versions import compare
 
     rows = []
     fact = ctx.cache.facts.get("cuda.driver")

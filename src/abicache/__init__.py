@@ -21,13 +21,13 @@ from ._version import __version__
 #: public name -> the module that defines it
 _LAZY = {
     "AbicacheError": "abicache.errors",
-    "Artifact": "abicache.cache",
-    "Cache": "abicache.cache",
+    "Artifact": "abicache.core.cache",
+    "Cache": "abicache.core.cache",
     "Facts": "abicache.env",
-    "Inputs": "abicache.key",
-    "Requirement": "abicache.requirements",
-    "Requirements": "abicache.requirements",
-    "get_or_build": "abicache.cache",
+    "Inputs": "abicache.core.key",
+    "Requirement": "abicache.values.requirements",
+    "Requirements": "abicache.values.requirements",
+    "get_or_build": "abicache.core.cache",
 }
 
 __all__ = [

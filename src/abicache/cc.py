@@ -24,11 +24,11 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from .engine import steer, tree as trees
 from .engine.job import Job
-from .cache import Artifact, BuildResult, Cache, default_cache
+from .core.cache import Artifact, BuildResult, Cache, default_cache
 from .env import Facts
 from .errors import AbicacheError, BuildError
-from .key import Inputs
-from .records import named_tuple
+from .core.key import Inputs
+from .values.records import named_tuple
 
 Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 _COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
@@ -100,7 +100,7 @@ def _compile(
     """
     import tempfile
 
-    from . import progress
+    from .console import progress
 
     with tempfile.TemporaryDirectory(prefix="abicache-cc-") as scratch:
         work = Path(scratch)
@@ -152,7 +152,7 @@ class Plan:
         art = cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
                                  bases=self.bases)
         if art.origin == "local" and _checking():
-            from . import check_spawn
+            from .frontends import check_spawn
 
             check_spawn.maybe_check(cache, art)
         return art
@@ -162,7 +162,7 @@ def _checking() -> bool:
     """ABICACHE_CHECK is set to something (the environment, or the user's config file)."""
     if "ABICACHE_CHECK" in os.environ:
         return os.environ["ABICACHE_CHECK"].strip() not in ("", "0")
-    from . import config
+    from .settings import config
 
     return config.text("ABICACHE_CHECK") not in ("", "0")
 
@@ -249,7 +249,7 @@ def _tools(job: Job) -> list[str]:
 
 def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
     def build(out: Path) -> BuildResult:
-        from . import progress
+        from .console import progress
         from .engine import units
 
         with progress.step(f"compiling {job.what} ({', '.join(f.name for f in job.tree.files)})"):

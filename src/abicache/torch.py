@@ -29,19 +29,19 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .cache import Artifact, Cache, default_cache
+from .core.cache import Artifact, Cache, default_cache
 from .engine import tree as trees
 from .engine.job import CudaUnits, Job
 from .cc import Plan, _fingerprint, _load_once, _steering, _where, compiler_command, import_extension, runner
 from .cc import ext_suffix, python_include as cc_python_include
 from .env import Facts
 from .errors import AbicacheError, BuildError, UsageError
-from .key import Inputs
-from .patching import Patch
-from . import torch_lines
+from .core.key import Inputs
+from .frontends.patching import Patch
+from .frontends import torch_lines
 from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
-from .records import named_tuple
+from .values.records import named_tuple
 
 STABLE_FLOOR = "2.9"  # the first LibTorch stable ABI release
 
@@ -159,7 +159,7 @@ _OUTPUTS = {  # output -> (kind, link flags)
 def _classic_plan(name: str, tree: trees.Tree, torch: TorchInstall, output: str,
                   ldflags: Sequence[str], verbose: bool, use_pch: bool = False,
                   cuda_cflags: tuple[str, ...] = (), cuda: bool = False, includes: int = 0) -> Plan:
-    """cpp_extension's own build lines (torch_lines.py; tests/test_torch_lines.py
+    """cpp_extension's own build lines (frontends/torch_lines.py; tests/test_torch_lines.py
     compares them with the build.ninja the installed torch writes). includes:
     how many of the tree's first flags are extra_include_paths (both compilers
     get those; the rest, extra_cflags, only the C++ compiler)."""
@@ -501,7 +501,7 @@ def __getattr__(name: str) -> Any:
     """abicache.torch.compile_cache (torch_compile.py), imported on its first use: an
     extension's hit does not load torch.compile's cache."""
     if name == "compile_cache":
-        from . import torch_compile
+        from .frontends import torch_compile
 
         globals()[name] = torch_compile
         return torch_compile

@@ -27,7 +27,7 @@ install() does two things:
 
    The subprocesses Triton runs in every process to describe its tools (`ptxas
    --version`, `file` on the Python executable) are remembered the same way
-   (triton_probes.py): their answers are Triton's own, computed once.
+   (frontends/triton_probes.py): their answers are Triton's own, computed once.
 
 2. CacheManager stores each compiled kernel as one abicache entry: all files
    are published together (temp dir + rename) when Triton writes its group
@@ -46,7 +46,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .cache import Cache, default_cache
+from .core.cache import Cache, default_cache
 from .errors import AbicacheError
 
 KIND = "triton"
@@ -124,7 +124,7 @@ def install(cache: Cache | None = None) -> None:
         module = importlib.import_module(name)
         if hasattr(module, "triton_key"):
             module.triton_key = replaced
-    from . import triton_probes
+    from .frontends import triton_probes
 
     triton_probes.install(memo_dir, triton_root())
     _plug_in(cache_mod)

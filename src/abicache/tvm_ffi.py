@@ -28,11 +28,11 @@ from .engine import tree as trees
 from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 from .engine.job import CudaUnits, Embedding, Job
-from .cache import Artifact, Cache, default_cache
+from .core.cache import Artifact, Cache, default_cache
 from .cc import Plan, _fingerprint, _load_once, _steering, _where, compiler_command
 from .errors import AbicacheError, UsageError
-from .key import Inputs
-from .patching import Patch
+from .core.key import Inputs
+from .frontends.patching import Patch
 
 HEADERS = ("#include <tvm/ffi/container/tensor.h>", "#include <tvm/ffi/dtype.h>", "#include <tvm/ffi/error.h>",
            "#include <tvm/ffi/extra/c_env_api.h>", "#include <tvm/ffi/function.h>", "")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import BuildError
-from ..requirements import FactSource, Requirement, Requirements
+from ..values.requirements import FactSource, Requirement, Requirements
 from . import amdgpu, cuda, elf, native, offload, python_abi, torch_abi
 from .errors import AuditError
 from .findings import FileAudit, Finding, finding

@@ -2,7 +2,7 @@
 
 Only the dynamic view matters for loading: DT_NEEDED, DT_SONAME, the
 undefined dynamic symbols with their version needs, and the exported ones.
-The tables are read by abicache.elftables (struct; cross-checked against
+The tables are read by abicache.native.elftables (struct; cross-checked against
 pyelftools in the tests). Any malformed or truncated input becomes an
 AuditError naming the file.
 """
@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import elftables
+from ..native import elftables
 from .errors import AuditError
 
 ELF_MAGIC = b"\x7fELF"

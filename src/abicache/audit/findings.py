@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from ..requirements import Requirement, Requirements
+from ..values.requirements import Requirement, Requirements
 
 
 class Finding(NamedTuple):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import versions
+from ..values import versions
 from .elf import ElfInfo
 from .findings import Finding, finding, sample
 

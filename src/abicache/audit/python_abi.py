@@ -11,8 +11,8 @@ import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .. import versions
-from ..requirements import Requirements
+from ..values import versions
+from ..values.requirements import Requirements
 from .elf import ElfInfo
 from .findings import Finding, finding, sample
 

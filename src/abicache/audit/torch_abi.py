@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import versions
+from ..values import versions
 from ..env import toolid
-from ..requirements import FactSource, Requirements
+from ..values.requirements import FactSource, Requirements
 from .elf import ElfInfo, Symbol
 from .findings import Finding, demangle, finding, sample
 

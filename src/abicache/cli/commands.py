@@ -12,8 +12,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import config
-from ..cache import Cache
+from ..settings import config
+from ..core.cache import Cache
 from ..env import FACT_NAMES
 from ..errors import AbicacheError, AbicacheWarning, ConfigError, ManifestError, NotFound, UsageError
 from ..store import Manifest
@@ -68,7 +68,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     from ..cuda import loader
     from ..hip import loader as hip_loader
 
-    from .. import tiers
+    from ..shipping import tiers
 
     libraries, hip = loader.describe(), hip_loader.describe()
     with warnings.catch_warnings(record=True) as skipped:  # a store that is skipped: listed, with why
@@ -203,7 +203,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.name is None:
         raise UsageError("abicache explain: name an entry (abicache explain mylib), or ask for the last misses "
                          "(abicache explain --last)")
-    from ..explain import tier_variants
+    from ..core.explain import tier_variants
 
     kinds = sorted({m.kind for _, m in manifests_of(cache) if m.name == args.name})
     if args.kind:
@@ -227,7 +227,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _explain_last(cache: Cache, args: argparse.Namespace) -> int:
     """The last misses of every process that used this store, each against the entries of
     its name that were there when it missed (explain.record_miss wrote them)."""
-    from ..explain import explain_miss, last_misses
+    from ..core.explain import explain_miss, last_misses
 
     misses = [m for m in last_misses(cache.store, args.last) if args.name in (None, m["name"])
               and args.kind in (None, m["kind"])]
@@ -247,7 +247,7 @@ def _explain_last(cache: Cache, args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from .. import bundle
+    from ..shipping import bundle
 
     cache = _cache(args)
     if args.bundle_remote:
@@ -291,7 +291,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 def _bundle_check(chosen: list[Any], args: argparse.Namespace) -> int:
     """Which variant loads in each target environment; exit 1 where one would build."""
-    from .. import bundle
+    from ..shipping import bundle
     from .audit_cmds import assumed_facts
 
     environments = [(text, assumed_facts([f for f in text.split(",") if f.strip()])) for text in args.env] \
@@ -324,7 +324,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..check import check_entries, log
+    from ..frontends.check import check_entries, log
 
     cache = _cache(args)
     verdicts = check_entries(cache, args.keys, args.sample)
@@ -368,9 +368,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from ..replicate import REFUSALS_LOG, refusal_count
+    from ..shipping.replicate import REFUSALS_LOG, refusal_count
     from ..store.gc import disk_usage
-    from ..explain import last_misses
+    from ..core.explain import last_misses
     from ..store import counters
 
     cache = _cache(args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import config, setting_sources, settings_file
+from ..settings import config, setting_sources, settings_file
 from ..errors import ConfigError
 from . import render
 

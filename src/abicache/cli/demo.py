@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from .. import cc
-from ..cache import Artifact, Cache
+from ..core.cache import Artifact, Cache
 from . import render
 
 LIBRARY = r"""

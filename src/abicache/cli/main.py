@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import config
+from ..settings import config
 from .._version import __version__
 from ..errors import AbicacheError, missing_extra, unwritable_store
 from . import audit_cmds, commands, config_cmds, remote_cmds

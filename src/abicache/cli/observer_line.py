@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cache import Cache
+from ..core.cache import Cache
 from ..errors import AbicacheError
 
 

@@ -9,8 +9,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import config
-from ..cache import Cache
+from ..settings import config
+from ..core.cache import Cache
 from ..errors import AbicacheWarning, ConfigError
 from ..store import Manifest
 from . import render
@@ -82,7 +82,7 @@ def _parallel(jobs: int, items: list[Any], fn: Callable[[Any], Any], bar: render
 
 def cmd_push(args: argparse.Namespace) -> int:
     """Upload local entries (e.g. a CI job after building everything), args.jobs at once."""
-    from .. import replicate
+    from ..shipping import replicate
 
     cache = _cache(args)
     chosen = [(v, m) for v, m in manifests_of(cache) if _wanted(args)(m)]
@@ -102,7 +102,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     """Fetch the remote's entries that can load here (e.g. a node before a job), args.jobs at once."""
-    from .. import replicate
+    from ..shipping import replicate
 
     cache = _cache(args)
     listed = [(k, key) for k, key in cache.remote.call(lambda b: sorted(b.entries())) or [] if _named(k, key)]
@@ -162,7 +162,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
     given = [f"--{o.replace('_', '-')}" for o in ("max_age", "max_size", "grace", "dry_run") if getattr(args, o)]
     if given:
         raise ConfigError(f"{', '.join(given)}: for `abicache remote prune`, not `abicache remote {args.action}`")
-    from .. import replicate
+    from ..shipping import replicate
 
     cache = _cache(args)
     tier = cache.remote

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
-from ..config import human_size  # noqa: F401  (the commands' name for it)
+from ..settings.config import human_size  # noqa: F401  (the commands' name for it)
 
 
 def emit_json(doc: Any) -> None:
@@ -103,7 +103,7 @@ class Progress:
         self._log = False
 
     def __enter__(self) -> Progress:
-        from .. import progress
+        from ..console import progress
 
         mode = progress.mode()
         if mode == "on" and sys.stderr.isatty():
@@ -118,7 +118,7 @@ class Progress:
         return self
 
     def advance(self, n: int = 1) -> None:
-        from .. import progress
+        from ..console import progress
 
         with self._lock:
             self._done += n

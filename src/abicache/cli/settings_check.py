@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import config
+from ..settings import config
 from ..errors import ConfigError
 
 
 def problems() -> dict[str, str]:
-    from ..owners import group_setting
+    from ..settings.owners import group_setting
 
     checks: dict[str, Callable[[], object]] = {
         "ABICACHE_VERIFY_AGE": lambda: config.seconds("ABICACHE_VERIFY_AGE"),
@@ -41,7 +41,7 @@ def problems() -> dict[str, str]:
         except ConfigError as exc:
             found[name] = str(exc)
     found.update(_files())
-    from .. import setting_sources
+    from ..settings import setting_sources
 
     found.update(setting_sources.refused())  # keys of a store's file the lookups above ignored
     return found
@@ -49,7 +49,7 @@ def problems() -> dict[str, str]:
 
 def _files() -> dict[str, str]:
     """Config files that do not parse, and keys in them that are no setting."""
-    from .. import settings_file
+    from ..settings import settings_file
 
     found = {}
     for path in (settings_file.store_file(config.default_root()), settings_file.user_file()):

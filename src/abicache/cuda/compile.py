@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
-from ..archs import Target, parse_target
+from ..values.archs import Target, parse_target
 from ..engine import depfile, roots, steer, tree as trees
-from ..cache import Artifact, BuildResult, Cache, default_cache
+from ..core.cache import Artifact, BuildResult, Cache, default_cache
 from ..errors import AbicacheError, BuildError
-from ..key import Inputs
+from ..core.key import Inputs
 
 OUTPUTS = {"cubin": ".cubin", "ptx": ".ptx", "fatbin": ".fatbin"}
 

@@ -25,7 +25,7 @@ import sysconfig
 from pathlib import Path
 
 from ..errors import AbicacheError
-from ..libload import Attempt, LoadedLibrary, Vetting, first_loadable, loaded_paths, tried
+from ..native.libload import Attempt, LoadedLibrary, Vetting, first_loadable, loaded_paths, tried
 
 __all__ = ["Attempt", "CudaLibraryNotFound", "LoadedLibrary", "candidates", "describe", "load_library", "locate"]
 

@@ -31,7 +31,7 @@ import hashlib
 import warnings
 from typing import Any, Mapping
 
-from ..cache import Cache, default_cache
+from ..core.cache import Cache, default_cache
 from ..errors import AbicacheWarning, BuildError, MissingExtraError
 
 try:
@@ -110,7 +110,7 @@ class ProgramCache(ProgramCacheResource):
 
     @staticmethod
     def _cache_inputs(inputs: Mapping[str, Any]) -> Any:
-        from ..key import Inputs
+        from ..core.key import Inputs
 
         return Inputs.make(**inputs)
 

@@ -13,7 +13,7 @@ from ..env.toolid import shell_words
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..cache import Artifact
+    from ..core.cache import Artifact
     from ..env import Facts
 
 

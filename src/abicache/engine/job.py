@@ -3,7 +3,7 @@ made on every lookup, so it imports nothing heavy)."""
 
 from __future__ import annotations
 
-from ..records import named_tuple
+from ..values.records import named_tuple
 from .tree import Tree
 
 

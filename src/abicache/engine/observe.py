@@ -99,7 +99,7 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
     folder could have been written by another user (trusted: the store's
     owner and mode check): it runs in every compiler process. Without it the
     engine falls back to depfiles, and says so once (never silently)."""
-    from .. import config
+    from ..settings import config
 
     if os.name != "posix" or not config.flag("ABICACHE_OBSERVE"):
         return None
@@ -124,7 +124,7 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
 def status(tools: Path, compiler: Sequence[str] = ("cc",),
            trusted: Callable[[os.stat_result], bool] | None = None) -> str:
     """For `abicache env` and `doctor`: "on (<path>)", or off and why."""
-    from .. import config
+    from ..settings import config
 
     if os.name != "posix":
         return "off: not a POSIX system"

@@ -21,11 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..key import Inputs
+from ..core.key import Inputs
 from .job import Job
 
 if TYPE_CHECKING:
-    from ..cache import Cache
+    from ..core.cache import Cache
 
 HEADER = "torch/extension.h"
 

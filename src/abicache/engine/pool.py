@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable, Sequence, TypeVar
 
-from .. import progress
+from ..console import progress
 from ..errors import ConfigError
 from . import interrupt
 
@@ -26,7 +26,7 @@ R = TypeVar("R")
 
 
 def max_jobs() -> int:
-    from .. import config
+    from ..settings import config
 
     raw = config.text("MAX_JOBS")  # the environment (as torch reads it), or a config file's max_jobs
     if not raw:

@@ -37,7 +37,7 @@ _USER_DIRS = ("-I", "-isystem", "-iquote", "-idirafter", "--include-path")
 
 
 def sloppy_system_headers() -> bool:
-    from .. import config
+    from ..settings import config
 
     # through config, not os.environ: the user's config file sets it too (a store's may only clear it)
     return "system_headers" in config.text("ABICACHE_SLOPPINESS").replace(",", " ").split()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence, Union
 
 from ..errors import AbicacheError
-from ..records import named_tuple
+from ..values.records import named_tuple
 from ..store.manifest import Dependency
 from . import roots
 

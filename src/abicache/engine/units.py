@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..errors import AbicacheError, BuildError
-from ..key import Inputs
-from ..requirements import Requirements
+from ..core.key import Inputs
+from ..values.requirements import Requirements
 from ..store import blobs, deps as depcheck, lock
 from . import depfile, interrupt, observe, pool, record, roots
 from . import tree as trees
@@ -41,7 +41,7 @@ from .job import Job
 from .tree import File, prefix_maps
 
 if TYPE_CHECKING:
-    from ..cache import BuildResult, Cache
+    from ..core.cache import BuildResult, Cache
 
 #: runs one compiler command in a folder, with variables added to its
 #: environment and descriptors it inherits; raises BuildError (cc.run_compiler)
@@ -119,7 +119,7 @@ def _build(job: Job, cache: Cache, out: Path, run: Runner, covered: Callable[[],
 def _result(recs: Sequence[record.Record]) -> BuildResult:
     """One output's record: the union of its commands' (a unit's object is not
     cached where what its compiler read is unknown, and then neither is the output)."""
-    from ..cache import BuildResult
+    from ..core.cache import BuildResult
 
     deps = sorted({d for r in recs for d in r.deps})
     why = record.not_cached(deps)
@@ -256,7 +256,7 @@ def _object(job: Job, cache: Cache, unit: File, path: str, ctx: _Context, run: R
             ready: Callable[[str], None], last_round: Callable[[], bool]) -> Any:
     """The unit's object entry; ready(file) is called with its file, in the
     last round as soon as its bytes exist, before it is published (ahead.py)."""
-    from ..cache import BuildResult
+    from ..core.cache import BuildResult
 
     others = {f.name: f.code for f in job.tree.inline() if not f.compiled}  # inline headers it may read
     argv, key_flags, tool, lang = unit_command(job, unit, ctx.scratch)

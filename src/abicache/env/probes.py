@@ -128,7 +128,8 @@ def _symbol_version_floors(path: Path) -> str:
     """'GLIBCXX;CXXABI' highest version definitions, read from .gnu.version_d."""
     import mmap
 
-    from .. import elftables, versions
+    from ..native import elftables
+    from ..values import versions
 
     best = {"GLIBCXX": "", "CXXABI": ""}
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:

@@ -22,7 +22,7 @@ import sysconfig
 from pathlib import Path
 
 from ..errors import AbicacheError
-from ..libload import Attempt, LoadedLibrary, first_loadable, loaded_paths, tried
+from ..native.libload import Attempt, LoadedLibrary, first_loadable, loaded_paths, tried
 
 SONAMES = {7: "libamdhip64.so.7", 6: "libamdhip64.so.6", 5: "libamdhip64.so.5"}
 OVERRIDE = "ABICACHE_LIBAMDHIP64"

@@ -78,14 +78,14 @@ def parse_trusted(spec: str) -> tuple[PublicKey, ...]:
 
 
 def signing_key_from_env() -> Path | None:
-    from .. import config
+    from ..settings import config
 
     text = config.text("ABICACHE_SIGNING_KEY")
     return Path(text).expanduser() if text else None
 
 
 def trusted_from_env() -> tuple[PublicKey, ...]:
-    from .. import config
+    from ..settings import config
 
     return parse_trusted(config.text("ABICACHE_TRUSTED_KEYS"))
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .. import config
+from ..settings import config
 from ..errors import AbicacheWarning, ConfigError, ManifestError, RefusedError, RemoteError
 from ..store import manifest as mf
 from ..store.manifest import Manifest

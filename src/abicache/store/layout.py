@@ -16,7 +16,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..records import named_tuple
+from ..values.records import named_tuple
 
 
 LAYOUT_VERSION = "v3"

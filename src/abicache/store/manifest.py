@@ -16,8 +16,8 @@ import re
 from typing import Any, Mapping
 
 from ..errors import ManifestError, RequirementSyntaxError
-from ..records import named_tuple
-from ..requirements import Requirements
+from ..values.records import named_tuple
+from ..values.requirements import Requirements
 from .layout import is_hex
 
 SCHEMA = 1

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 
 from ..errors import UntrustedRootError
-from ..owners import Trust, group_setting, quoted  # noqa: F401  (the store's policy; re-exported)
+from ..settings.owners import Trust, group_setting, quoted  # noqa: F401  (the store's policy; re-exported)
 from . import transient
 
 _POSIX = hasattr(os, "geteuid")

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .env import toolid
+from ..env import toolid
 
 Stamp = Callable[[tuple, dict], "tuple[Any, ...] | None"]
 _PTXAS_VARIABLES = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_MOCK_PTX_VERSION")

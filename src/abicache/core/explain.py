@@ -9,11 +9,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import tiers
-from .errors import ManifestError
-from .requirements import FactSource
-from .store import Manifest, Store
-from .store.local import children
+from ..shipping import tiers
+from ..errors import ManifestError
+from ..values.requirements import FactSource
+from ..store import Manifest, Store
+from ..store.local import children
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def dependency_differences(old: Manifest, new: Manifest | None, bases: Mapping[s
             | {("system", g.folder): g.sha256 for g in new.system}
         return [Difference(f"dependency {base}/{path}", _digest(a.get((base, path))), _digest(b.get((base, path))))
                 for base, path in sorted(set(a) | set(b)) if a.get((base, path)) != b.get((base, path))]
-    from .store import deps as depcheck
+    from ..store import deps as depcheck
 
     out = []
     for dep in old.deps:
@@ -295,7 +295,7 @@ def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], li
               facts: FactSource) -> str:
     """The error of a miss where ABICACHE_BUILD=never: every variant there is and what it needs,
     and this environment's facts that the variants' requirements name."""
-    from .env.facts import FACT_NAMES
+    from ..env.facts import FACT_NAMES
 
     named = {r.name for _, m in _variants(kind, name, local) for r in m.requirements} \
         or {"platform.machine", "python.abi", "torch.version", "gpu.arch"}

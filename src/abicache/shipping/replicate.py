@@ -22,13 +22,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 
-from . import progress
-from .errors import ManifestError, RefusedError
-from .remote import Tier
-from .store import Store
-from .store import manifest as mf
-from .store.layout import name_digest
-from .store.manifest import FileRecord, Manifest
+from ..console import progress
+from ..errors import ManifestError, RefusedError
+from ..remote import Tier
+from ..store import Store
+from ..store import manifest as mf
+from ..store.layout import name_digest
+from ..store.manifest import FileRecord, Manifest
 
 #: log/<this>.jsonl records every refusal (abicache stats, abicache remote)
 REFUSALS_LOG = "remote-refused"
@@ -324,7 +324,7 @@ def refuse(tier: Tier, store: Store, reason: str, count: int = 1) -> None:
     """Count refusals, say them in one warning, and log them in one line for `abicache stats`."""
     import warnings
 
-    from .errors import AbicacheWarning
+    from ..errors import AbicacheWarning
 
     tier.stats["refused"] += count
     warnings.warn(f"abicache: refused from remote {tier.name}: {reason}", AbicacheWarning, stacklevel=4)

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import key as keys
-from .errors import AbicacheError
-from .records import named_tuple
-from .requirements import Requirements
-from .store import Manifest
-from .store.manifest import Absent, Dependency, System
+from ..errors import AbicacheError
+from ..values.records import named_tuple
+from ..values.requirements import Requirements
+from ..store import Manifest
+from ..store.manifest import Absent, Dependency, System
 
 Builder = Callable[[Path], Any]
 

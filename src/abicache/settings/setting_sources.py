@@ -156,7 +156,7 @@ def user_refusal(name: str) -> str | None:
 def user_values(path: Path, variables: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     """The user's file's settings; ConfigError if it exists but others could have written it
     (its settings, trusted keys included, are the user's: ignoring them would loosen them)."""
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     problem = _verdict(path, None)
     if problem is not None and problem != "absent":

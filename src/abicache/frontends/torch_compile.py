@@ -32,11 +32,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .cache import Artifact, Cache, default_cache
-from .errors import AbicacheWarning, ManifestError
-from .key import Inputs
-from .records import named_tuple
-from .requirements import Requirements
+from ..core.cache import Artifact, Cache, default_cache
+from ..errors import AbicacheWarning, ManifestError
+from ..core.key import Inputs
+from ..values.records import named_tuple
+from ..values.requirements import Requirements
 
 KIND = "torch.compile"
 FILE = "artifacts.bin"

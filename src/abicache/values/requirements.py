@@ -20,7 +20,7 @@ import re
 from typing import Iterable, Iterator, Protocol
 
 from . import versions
-from .errors import RequirementSyntaxError
+from ..errors import RequirementSyntaxError
 from .records import named_tuple
 
 OPERATORS = ("==", ">=", "in", "~=")

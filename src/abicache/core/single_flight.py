@@ -9,7 +9,7 @@ from contextlib import suppress
 from typing import Any, Callable
 
 from .artifact import Artifact
-from .errors import ManifestError
+from ..errors import ManifestError
 
 #: waits for the fleet's lease before a miss builds without one (the lease changed hands each time)
 _FLEET_ROUNDS = 3
@@ -26,8 +26,8 @@ class SingleFlight:
               here: Callable[[], Artifact | None], make: Callable[[], Artifact]) -> Artifact:
         """here() (this store, then the remote) once another process or machine has it,
         else make() under the key's local lock and, with a remote, the fleet's lease."""
-        from . import progress
-        from .store.lock import key_lock  # only on a miss
+        from ..console import progress
+        from ..store.lock import key_lock  # only on a miss
 
         lock = self.store.layout.lock_file(key)
         self.store.make_dir(lock.parent)
@@ -57,7 +57,7 @@ class SingleFlight:
         """One miss's remote lookups share their bounds (replicate.Lookups); None without a remote."""
         if self.remote is None or self.remote.down:
             return None
-        from .replicate import Lookups
+        from ..shipping.replicate import Lookups
 
         return Lookups(self.remote.settings.lookup_bytes, self.remote.settings.max_variants)
 
@@ -65,7 +65,7 @@ class SingleFlight:
         """remote/lease.py where this cache has a remote up and leases on, else None."""
         if self.remote is None or self.remote.down or self.remote.settings.lease <= 0:
             return None
-        from .remote import lease
+        from ..remote import lease
 
         return lease
 

@@ -37,12 +37,12 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from .config import human_size
-from .errors import AbicacheError, ManifestError, UsageError
-from .store import Manifest, Store
-from .store.layout import Layout
-from .store.manifest import FILENAME, MAX_BYTES, preference
-from .store.manifest_names import read_any
+from ..settings.config import human_size
+from ..errors import AbicacheError, ManifestError, UsageError
+from ..store import Manifest, Store
+from ..store.layout import Layout
+from ..store.manifest import FILENAME, MAX_BYTES, preference
+from ..store.manifest_names import read_any
 
 #: the folder of a bundle wheel's package that holds the store
 STORE_FOLDER = "store"
@@ -95,7 +95,7 @@ def fetch_named(remote: str, store: Store, names: Sequence[str], kind: str | Non
     verified into the local store as a pull verifies it: a CI matrix's jobs push, and the last
     one bundles from the remote. How many were fetched."""
     from . import replicate
-    from .remote import RemoteSettings, tier_for
+    from ..remote import RemoteSettings, tier_for
 
     settings = RemoteSettings.from_env(remote)
     assert settings is not None
@@ -178,7 +178,7 @@ def platform_tag(entries: Iterable[Manifest]) -> str:
 
 def signer_from_env() -> Any:
     """The signer of ABICACHE_SIGNING_KEY, or None: bundles are signed as uploads are."""
-    from .remote import keys
+    from ..remote import keys
 
     path = keys.signing_key_from_env()
     return None if path is None else keys.load_signer(path)

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from . import config
+from ..settings import config
 
 
 #: without a terminal, work is reported once it has run this long, and then at most this often

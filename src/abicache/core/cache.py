@@ -10,23 +10,24 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from . import config, key as keys
+from ..settings import config
+from . import key as keys
 from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
 from .counting import Counting
-from .env import Facts
-from .errors import BuildError, UsageError, unwritable_store
+from ..env import Facts
+from ..errors import BuildError, UsageError, unwritable_store
 from .finding import Finding
 from .making import Making, check_name, refuse_unmet
-from .requirements import Requirement, Requirements
+from ..values.requirements import Requirement, Requirements
 from .single_flight import SingleFlight
-from .store import Store
-from .store import deps as depcheck, transient
-from .store.manifest import FILENAME as MANIFEST_FILE  # noqa: F401  (what a variant folder holds)
-from .owners import group_setting
+from ..store import Store
+from ..store import deps as depcheck, transient
+from ..store.manifest import FILENAME as MANIFEST_FILE  # noqa: F401  (what a variant folder holds)
+from ..settings.owners import group_setting
 
 if TYPE_CHECKING:
     from .explain import Explanation
-    from .remote import RemoteSettings, Tier
+    from ..remote import RemoteSettings, Tier
 
 
 class Cache(Finding, SingleFlight, Making, Counting):
@@ -256,7 +257,7 @@ class Cache(Finding, SingleFlight, Making, Counting):
 def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:
     if remote is False or (remote is None and not config.text("ABICACHE_REMOTE")):
         return None  # the common case imports nothing of the remote tier
-    from .remote.tier import tier_from
+    from ..remote.tier import tier_from
 
     return tier_from(remote)
 

@@ -20,7 +20,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .store import Store
+from . import Store
 
 #: variants of one name looked at, at most: a name rebuilt under many keys is not read whole
 MAX_VARIANTS = 256

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _POSIX = hasattr(os, "geteuid")
 

@@ -29,12 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
 
-from .errors import AbicacheError, NotFound
-from .store import deps as depcheck
+from ..errors import AbicacheError, NotFound
+from ..store import deps as depcheck
 
 if TYPE_CHECKING:
-    from .cache import Artifact, Cache
-    from .store import Manifest
+    from ..core.cache import Artifact, Cache
+    from ..store import Manifest
 
 LOG = "check.jsonl"
 
@@ -62,7 +62,7 @@ def check_entries(cache: Cache, keys: Sequence[str] = (), sample: int | None = N
 
 
 def _chosen(cache: Cache, keys: Sequence[str]) -> list[tuple[Path, Manifest]]:
-    from .errors import ManifestError
+    from ..errors import ManifestError
 
     found = []
     for vdir in cache.store.iter_variant_dirs():
@@ -90,7 +90,7 @@ def check_entry(cache: Cache, manifest: Manifest) -> Verdict:
     recipe = _recipe(manifest)
     if recipe is None:
         return verdict("skipped", "no recipe: built by another frontend, or an internal object")
-    from . import cc
+    from .. import cc
 
     try:
         with _inside(recipe["cwd"]):
@@ -117,7 +117,7 @@ def check_entry(cache: Cache, manifest: Manifest) -> Verdict:
 
 
 def _fresh(plan: Any) -> Artifact:
-    from .cache import Cache
+    from ..core.cache import Cache
 
     with tempfile.TemporaryDirectory(prefix="abicache-check-") as scratch:
         fresh = plan.run(Cache(Path(scratch) / "store", remote=False, shared=False))

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .store import lock
+from ..store import lock
 
 if TYPE_CHECKING:
-    from .cache import Artifact, Cache
+    from ..core.cache import Artifact, Cache
 
 #: checks of one store that may run at once
 SLOTS = 1
@@ -29,7 +29,7 @@ SLOTS = 1
 
 def every() -> int:
     """ABICACHE_CHECK as a number (0: never; a bad value: `abicache env` lists it)."""
-    from . import config
+    from ..settings import config
 
     text = config.text("ABICACHE_CHECK")
     return int(text) if text.isdigit() else 0

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Protocol, Sequence
 
-from .records import named_tuple
+from ..values.records import named_tuple
 
 
 KEY_SCHEME = "abicache-key-v1"
@@ -75,8 +75,8 @@ class Inputs:
 def _known_tool(name: str) -> None:
     """A tool name no fact answers to is a typo: stored as None in the key, it would
     key every build on nothing. (A known fact may be None: the tool is absent here.)"""
-    from .env.facts import FACT_NAMES
-    from .errors import UsageError
+    from ..env.facts import FACT_NAMES
+    from ..errors import UsageError
 
     if name not in FACT_NAMES:
         raise UsageError(f"tools: no fact is named {name!r}; tools are fact names, one of: "

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import config
-from ._version import __version__
+from ..settings import config
+from .._version import __version__
 from .artifact import Artifact, Builder, BuildResult, artifact_of
-from .errors import AbicacheError, BuildError, BuildForbiddenError, ManifestError, UsageError
-from .requirements import Requirement, Requirements
-from .store import Manifest, transient
-from .store.manifest import check_text, variant_id
+from ..errors import AbicacheError, BuildError, BuildForbiddenError, ManifestError, UsageError
+from ..values.requirements import Requirement, Requirements
+from ..store import Manifest, transient
+from ..store.manifest import check_text, variant_id
 
 
 class Making:
@@ -114,7 +114,7 @@ class Making:
         and its entry fetched (verified), so every machine loads the same bytes."""
         if self.remote is None or not self.remote.writable:
             return None
-        from . import replicate
+        from ..shipping import replicate
 
         winner = replicate.publish(self.remote, self.store, stage, manifest).winner
         if winner is None:
@@ -126,7 +126,7 @@ class Making:
 
     def _default_audit(self, stage: Path, paths: Sequence[str], declared: Requirements,
                        facts: Any) -> tuple[Requirements, dict[str, Any]]:
-        from . import audit  # the ELF reader and abi3info load only when something is built
+        from .. import audit  # the ELF reader and abi3info load only when something is built
 
         return audit.detect(stage, paths, declared, facts, memo_dir=self.store.layout.tools)
 

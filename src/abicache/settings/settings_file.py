@@ -80,7 +80,7 @@ def read_text(path: Path) -> str:
 
 
 def _load(path: Path, known: set[str]) -> dict[str, str]:
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     try:
         import tomllib

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import settings_file
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: variable name -> (default, meaning); the docs are generated from this table.
 VARIABLES: dict[str, tuple[str, str]] = {

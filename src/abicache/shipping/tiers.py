@@ -45,12 +45,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from . import asked, config
-from .errors import AbicacheError, AbicacheWarning, ManifestError
-from .store import Manifest, Store, blobs
-from .store import deps as depcheck
-from .store.layout import LAYOUT_VERSION, OLD_VERSIONS
-from .store.manifest import preference
+from ..store import asked
+from ..settings import config
+from ..errors import AbicacheError, AbicacheWarning, ManifestError
+from ..store import Manifest, Store, blobs
+from ..store import deps as depcheck
+from ..store.layout import LAYOUT_VERSION, OLD_VERSIONS
+from ..store.manifest import preference
 
 #: the group of entry points installed packages register their stores under
 ENTRY_POINTS = "abicache.stores"
@@ -64,7 +65,7 @@ class Tier:
     """One read-only store."""
 
     def __init__(self, root: Path, origin: str) -> None:
-        from .owners import group_setting
+        from ..settings.owners import group_setting
 
         self.root, self.origin = root, origin
         # never written (not even repaired); trusted as the local store is, and also where it is
@@ -201,7 +202,7 @@ def _unsigned(manifest: Manifest) -> str | None:
     text = config.text("ABICACHE_TRUSTED_KEYS")
     if not text:
         return None
-    from .remote import keys
+    from ..remote import keys
 
     return keys.check(manifest, keys.parse_trusted(text))
 

@@ -27,7 +27,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from .errors import AbicacheWarning
+from ..errors import AbicacheWarning
 
 #: the errors a fallback store answers; the rest stay errors
 READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -47,7 +47,7 @@ def unwritable(store_root: Path) -> int | None:
 
 def roots() -> list[Path]:
     """The fallback stores, in the order they are tried."""
-    from . import config
+    from ..settings import config
 
     user = config.user_root()
     uid = os.getuid() if hasattr(os, "getuid") else "user"

@@ -26,7 +26,7 @@ import json
 import re
 from pathlib import Path
 
-from .records import named_tuple
+from ..values.records import named_tuple
 
 
 _STD = r"-std=c\+\+\d+"
@@ -45,7 +45,7 @@ class TorchLines:
 
 def lines(torch_root: Path, memo_dir: Path | None) -> TorchLines:
     """The installed torch's (torch_root: the torch package folder)."""
-    from .env import toolid
+    from ..env import toolid
 
     source = torch_root / "utils" / "cpp_extension.py"
     text = toolid.memoized(source, "cpp_extension build lines v1", _parsed, memo_dir)

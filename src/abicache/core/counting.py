@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import config
+from ..settings import config
 from .artifact import Artifact
-from .errors import ConfigError, warn_once
-from .store import counters
+from ..errors import ConfigError, warn_once
+from ..store import counters
 
 #: entries the build engine asks for on a build's behalf (a unit's object, a precompiled header):
 #: not counted in the statistics, which count what the user asked for
@@ -41,6 +41,6 @@ class Counting:
             warn_once(f"abicache: ABICACHE_MAX_SIZE is ignored: {exc}")
             return
         if cap is not None:
-            from .store.gc import keep_under
+            from ..store.gc import keep_under
 
             keep_under(self.store, cap)

@@ -10,13 +10,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import config
+from ..settings import config
 from .artifact import Artifact, artifact_of
 from .counting import INTERNAL_KINDS
-from .errors import AbicacheWarning, ManifestError
-from .store import Manifest
-from .store import deps as depcheck, transient
-from .store.manifest import preference
+from ..errors import AbicacheWarning, ManifestError
+from ..store import Manifest
+from ..store import deps as depcheck, transient
+from ..store.manifest import preference
 
 
 class Finding:
@@ -72,7 +72,7 @@ class Finding:
     def _find_asked(self, kind: str, name: str, described: Mapping[str, Any], verify: str,
                     bases: Mapping[str, str]) -> Artifact | None:
         """Where a tool of the key is absent here, the entry of what was asked for (asked.py)."""
-        from . import asked  # a miss's: a hit imports neither asked nor tiers
+        from ..store import asked  # a miss's: a hit imports neither asked nor tiers
 
         if not asked.tools_absent(described):
             return None
@@ -86,7 +86,7 @@ class Finding:
         none where ABICACHE_BUILD=always."""
         if config.build_mode() == "always":
             return None
-        from . import tiers
+        from ..shipping import tiers
 
         for tier in tiers.tiers():
             got = tier.find(kind, name, key, described, self.usable, bases, self.facts, self.store)
@@ -135,7 +135,8 @@ class Finding:
         shipped through), else the entry of what was asked for, as a read-only store's (tiers.py)."""
         if self.remote is None or self.remote.down or config.build_mode() == "always":
             return None
-        from . import asked, replicate, tiers
+        from ..store import asked
+        from ..shipping import replicate, tiers
 
         def current(manifest: Manifest) -> bool:
             return self.usable(manifest) and depcheck.first_changed(manifest.deps, bases, {}, manifest.absent,

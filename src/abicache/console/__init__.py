@@ -1,0 +1,1 @@
+"""What the library itself shows while it works: one progress line on stderr for long work."""
