@@ -18,9 +18,9 @@ import hostile
 from abicache import Cache
 from conftest import ROOT, SRC
 from remote_fixtures import redis_srv  # noqa: F401  (a fixture)
+from venvs import reused
 
 KERNEL = Path(__file__).with_name("triton_kernel.py")
-VENVS = Path(os.environ.get("ABICACHE_TEST_VENVS", Path.home() / ".cache" / "abicache-test-venvs"))
 
 
 def has_triton(python: str) -> bool:
@@ -46,16 +46,16 @@ def py312() -> str:
     found = sorted(base.glob("3.12.*/bin/python3")) if base.is_dir() else []
     if not found:
         pytest.skip("no Python 3.12 under pyenv")
-    venv = VENVS / "py312-triton"
-    python = venv / "bin" / "python"
     version = triton_version(sys.executable) or "3.9.0"  # the same Triton as this interpreter's, or no comparison
-    if not (python.exists() and has_triton(str(python)) and triton_version(str(python)) == version):
-        shutil.rmtree(venv, ignore_errors=True)
-        made = subprocess.run([str(found[-1]), "-m", "venv", str(venv)], capture_output=True, text=True)
-        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e", str(ROOT)],
-                                   capture_output=True, text=True) if made.returncode == 0 else made
-        if installed.returncode != 0:
-            pytest.skip(f"cannot make a 3.12 venv with triton: {installed.stderr[-400:]}")
+    with reused("py312-triton") as venv:
+        python = venv / "bin" / "python"
+        if not (python.exists() and has_triton(str(python)) and triton_version(str(python)) == version):
+            shutil.rmtree(venv, ignore_errors=True)
+            made = subprocess.run([str(found[-1]), "-m", "venv", str(venv)], capture_output=True, text=True)
+            installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "-e",
+                                        str(ROOT)], capture_output=True, text=True) if made.returncode == 0 else made
+            if installed.returncode != 0:
+                pytest.skip(f"cannot make a 3.12 venv with triton: {installed.stderr[-400:]}")
     return str(python)
 
 
@@ -367,19 +367,19 @@ def test_kernels_compiled_in_one_process_are_hit_in_the_next_without_a_write(tmp
 def older_triton(request: pytest.FixtureRequest) -> str:
     """A venv of this interpreter with another Triton (torch 2.6 pins 3.2; the GPU image has 3.6)."""
     version = request.param
-    venv = VENVS / f"py{sys.version_info[0]}{sys.version_info[1]}-triton{version.replace('.', '')[:2]}"
-    python = venv / "bin" / "python"
-    # importing triton.compiler loads every backend: 3.2's AMD one imports setuptools, which
-    # Python 3.12's venvs no longer carry, so the probe imports that far and setuptools comes along
-    probe = [str(python), "-c", "import triton.compiler, sys; sys.exit(triton.__version__ != sys.argv[1])", version]
-    if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
-        shutil.rmtree(venv, ignore_errors=True)
-        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-        installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "setuptools",
-                                    "-e", str(ROOT)],
-                                   capture_output=True, text=True, timeout=1200) if made.returncode == 0 else made
-        if installed.returncode != 0:
-            pytest.skip(f"cannot make a venv with triton {version}: {installed.stderr[-400:]}")
+    with reused(f"py{sys.version_info[0]}{sys.version_info[1]}-triton{version.replace('.', '')[:2]}") as venv:
+        python = venv / "bin" / "python"
+        # importing triton.compiler loads every backend: 3.2's AMD one imports setuptools, which
+        # Python 3.12's venvs no longer carry, so the probe imports that far and setuptools comes along
+        probe = [str(python), "-c", "import triton.compiler, sys; sys.exit(triton.__version__ != sys.argv[1])", version]
+        if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
+            shutil.rmtree(venv, ignore_errors=True)
+            made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+            installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"triton=={version}", "setuptools",
+                                        "-e", str(ROOT)],
+                                       capture_output=True, text=True, timeout=1200) if made.returncode == 0 else made
+            if installed.returncode != 0:
+                pytest.skip(f"cannot make a venv with triton {version}: {installed.stderr[-400:]}")
     return str(python)
 
 
