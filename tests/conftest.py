@@ -120,3 +120,25 @@ def tmpfs(folder: Path, size: str) -> Iterator[Path]:
 
 def read_only(mount: Path) -> None:
     assert subprocess.run(["mount", "-o", "remount,ro", str(mount)], capture_output=True).returncode == 0
+
+
+# --- running the suite in parallel (pytest-xdist: `-n auto --dist loadscope` in pyproject.toml) ---
+
+#: the modules that build torch extensions or wait on real timeouts, longest first (by
+#: `--durations` on a 2-core machine). They are handed out first so that the workers finish
+#: together; in the order of their names they came last and ran alone at the end.
+LONGEST_FIRST = ("test_torch_dropin.py", "test_lease.py", "test_torch_frontend.py", "test_docs_blocks.py",
+                 "test_tvm_ffi.py", "test_bundle.py", "test_remote.py", "test_ship_e2e.py", "test_fidelity.py",
+                 "test_bundle_split.py", "test_torch_compile_cache.py", "test_build.py", "test_crash.py",
+                 "test_audit.py", "test_torch_lines.py", "test_store_safety.py", "test_triton.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a module is kept
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers a core (4 on 2 cores), at most 8. Half of the suite's time is spent
+    waiting (leases, timeouts, servers), so one worker a core left the cores idle."""
+    return min(8, 2 * (os.cpu_count() or 1))

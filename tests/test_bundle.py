@@ -18,6 +18,7 @@ from abicache.shipping.bundle import platform_tag
 from abicache.cli.main import main
 from abicache.values.requirements import Requirements
 from conftest import SRC, need
+import shared_builds
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
 TWICE = textwrap.dedent(r"""
@@ -272,18 +273,14 @@ def test_the_wheels_python_tags_and_torch_pin_come_from_the_variants(
     assert python_tags(manifests) == tags and torch_requirement(manifests) == torch
 
 
-def test_pip_check_pairs_the_wheel_only_with_a_torch_it_can_load(tmp_path: Path) -> None:
+def test_pip_check_pairs_the_wheel_only_with_a_torch_it_can_load(tmp_path: Path,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     """Requires-Dist pins the torch the classic variant was built for: `pip check` is clean
     where that torch is installed and names it where it is not."""
-    pytest.importorskip("torch")
-    import abicache.torch as at
-
-    root = tmp_path / "store"
-    at.build_inline("pinned_ext", ["int64_t add(int64_t a, int64_t b) { return a + b; }"], functions=["add"],
-                    cache=Cache(root))
+    root = shared_builds.torch_extension_store(tmp_path_factory, tmp_path / "store")
     dist = tmp_path / "dist"
     assert main(["bundle", "--wheel", "pinned-kernels==1.0", "--out", str(dist), "--root", str(root),
-                 "pinned_ext"]) == 0
+                 shared_builds.ADD_EXT]) == 0
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
         metadata = z.read("pinned_kernels-1.0.dist-info/METADATA").decode()

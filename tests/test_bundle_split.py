@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import hostile
+import shared_builds
 from abicache import Cache, cc, cuda
 from abicache.env import probes
 from conftest import SRC, need
@@ -34,7 +35,7 @@ TWICE = textwrap.dedent(r"""
 """)
 KERNEL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }'
 ARCHS = ("sm_80", "sm_90", "sm_100f")
-NAMES = ["adder", "twice", "split_ext", "split_stable", "k", "dup_a", "dup_b"]
+NAMES = ["adder", "twice", shared_builds.ADD_EXT, "split_stable", "k", "dup_a", "dup_b"]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("nvcc is not installed")
     import abicache.torch as at
 
-    root = tmp_path_factory.mktemp("split") / "store"
+    # the classic extension is the run's shared one (shared_builds.py): a copy, built once
+    root = shared_builds.torch_extension_store(tmp_path_factory, tmp_path_factory.mktemp("split") / "store")
     cache = Cache(root)
     cc.build_library("adder", ['extern "C" int add(int a, int b) { return a + b; }'], cache=cache)
     cc.build_module("twice", [TWICE], lang="c", cache=cache)
@@ -54,8 +56,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           str(root)], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)},
                          timeout=600)
     assert job.returncode == 0, job.stderr[-2000:]
-    at.build_inline("split_ext", ["int64_t add(int64_t a, int64_t b) { return a + b; }"], functions=["add"],
-                    cache=cache)
     at.build_inline("split_stable", [TORCH_STABLE], stable=True, cache=cache)
     for arch in ARCHS:
         device = {"gpu.arch": "sm_" + arch.split("_")[1].rstrip("af"), "cuda.driver": "13.0"}
@@ -101,7 +101,7 @@ def test_split_by_python_and_a_size_cap_naming_the_group(store: Path, tmp_path: 
     assert groups == {"", "cp311", "cp312"}, groups
     here = {e["name"] for e in doc["entries"] if e["wheel"].endswith("-cp311-cp311-manylinux_2_17_x86_64.whl")
             or "cp311" in Path(e["wheel"]).name.split("-")[2]}
-    assert {"twice", "split_ext"} <= here
+    assert {"twice", shared_builds.ADD_EXT} <= here
     code, doc = _bundle(store, tmp_path / "capped", "--split-by", "python", "--max-size", "20K")
     assert code == 2 and "over --max-size 0.0 MiB" not in doc["error"], doc
     assert "over --max-size" in doc["error"] and ("(base)" in doc["error"] or "(group " in doc["error"]), doc
@@ -115,7 +115,7 @@ def test_identical_files_are_shipped_once_per_wheel(store: Path, tmp_path: Path)
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     blobs = [n for n in names if "/store/v3/blobs/" in n]
-    # adder, twice for two Pythons, split_ext, split_stable, k for three archs, dup_a, dup_b
+    # adder, twice for two Pythons, add_ext, split_stable, k for three archs, dup_a, dup_b
     assert len(doc["entries"]) == 10, [(e["kind"], e["name"]) for e in doc["entries"]]
     manifests = [hostile.manifest_doc(v) for v in store.glob("v3/entries/*/*/*.*") if v.is_dir()]
     wanted = [f["sha256"] for entry in manifests if entry["name"] in NAMES for f in entry["files"].values()]
