@@ -7,6 +7,7 @@ for every key succeeds without hanging, and `abicache verify --full` is clean.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,10 +25,23 @@ from conftest import SRC
 
 
 
+TRIALS = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import faultlib
+    root, trials, seed, first = Path(sys.argv[1]), *map(int, sys.argv[2:])
+    print(json.dumps(faultlib.crash_trials(root, trials, seed, first)))
+""")
+
+
 def run_trials(root: Path, trials: int, seed: int, first: int = 0) -> dict[str, int]:
-    if threading.active_count() != 1:
-        pytest.skip("fork-based trials need a single-threaded test process")
-    counts = faultlib.crash_trials(root, trials, seed, first)
+    """faultlib.crash_trials in a process of its own: it forks, which needs a single-threaded
+    process, and a pytest-xdist worker runs a thread of its own."""
+    done = subprocess.run([sys.executable, "-c", TRIALS, str(root), str(trials), str(seed), str(first)],
+                          capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(Path(__file__).parent)])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.splitlines()[-1])
     assert counts["corrupt"] == 0, faultlib.partial_entries(Cache(root))
     return counts
 

@@ -72,7 +72,7 @@ def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *
             command=tuple(argv), missing_tool=argv[0],
         ) from None
     with interrupt.running(proc):
-        stdout, stderr = proc.communicate()
+        stdout, stderr = _communicate(proc)
     if proc.returncode != 0:
         if interrupt.stopping():
             raise interrupt.Stopped(f"building {what}: interrupted")
@@ -81,6 +81,20 @@ def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *
             command=tuple(argv),
             output=stdout + stderr,
         )
+
+
+def _communicate(proc: Any) -> tuple[str, str]:
+    """proc's output once it exits, waiting in slices (engine/interrupt.py: a signal another
+    thread received is handled at once); a retried communicate() loses no output."""
+    import subprocess
+
+    from .engine import interrupt
+
+    while True:
+        try:
+            return proc.communicate(timeout=interrupt.SLICE)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _compile(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Generic, TypeVar
 
+from . import interrupt
+
 R = TypeVar("R")
 
 
@@ -60,7 +62,8 @@ class Ahead(Generic[R]):
     def files(self) -> list[str] | None:
         """Every unit's object file, or None when the jobs ended without them (a failure)."""
         with self._changed:
-            self._changed.wait_for(lambda: self._over or all(f is not None for f in self._files))
+            interrupt.wait_in_slices(lambda seconds: self._changed.wait_for(
+                lambda: self._over or all(f is not None for f in self._files), seconds))
             return None if any(f is None for f in self._files) else [str(f) for f in self._files]
 
     def abandon(self, seconds: float) -> None:
@@ -71,7 +74,7 @@ class Ahead(Generic[R]):
     def result(self) -> R:
         """The jobs' result once they end; their error, if they failed."""
         assert self._thread is not None
-        self._thread.join()
+        interrupt.wait_in_slices(interrupt.joined(self._thread))
         if self._error:
             raise self._error[0]
         return self._outcome[0]

@@ -24,12 +24,18 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import AbicacheError
 
 #: how long a stopped compiler's group has for SIGTERM before SIGKILL
 GRACE = 0.5
+
+#: the longest a build's thread sleeps in one wait. The kernel hands a process's signal to any
+#: thread that does not block it, and Python runs the handler (KeyboardInterrupt, SIGTERM's
+#: below) in the main thread only when that thread runs again: a wait without a bound, for a
+#: compiler or for the units, put Ctrl-C off until the compilers were done (20 s in the tests).
+SLICE = 0.1
 
 _running: set[subprocess.Popen[Any]] = set()
 _lock = threading.Lock()
@@ -42,6 +48,21 @@ class Stopped(AbicacheError):
 
 def stopping() -> bool:
     return _stopping.is_set()
+
+
+def wait_in_slices(done: Callable[[float], bool]) -> None:
+    """done(SLICE) until it returns True: a signal another thread received is handled
+    within SLICE in the main thread (each wait ends, the handler runs, raises there)."""
+    while not done(SLICE):
+        pass
+
+
+def joined(thread: threading.Thread) -> Callable[[float], bool]:
+    """For wait_in_slices: thread has ended."""
+    def done(seconds: float) -> bool:
+        thread.join(seconds)
+        return not thread.is_alive()
+    return done
 
 
 @contextmanager

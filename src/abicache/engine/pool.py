@@ -73,10 +73,15 @@ def run(fn: Callable[[T], R], items: Sequence[T], label: Callable[[T], str], wha
 
     with ThreadPoolExecutor(min(workers or max_jobs(), len(items)), thread_name_prefix="abicache-build") as pool:
         futures = [pool.submit(job, item) for item in items]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        if any(f.exception() for f in done):
+
+        def settled(seconds: float) -> bool:  # all done, or one failed
+            done, pending = wait(futures, seconds, return_when=FIRST_EXCEPTION)
+            return not pending or any(f.exception() for f in done)
+
+        interrupt.wait_in_slices(settled)  # in slices: a signal is handled at once (interrupt.py)
+        if any(f.exception() for f in futures if f.done()):
             watch.failed = True
-        wait(futures)
+        interrupt.wait_in_slices(lambda seconds: not wait(futures, seconds)[1])
     errors = [f.exception() for f in futures if f.exception() and not isinstance(f.exception(), _Skipped)]
     if errors:
         raise errors[0]  # type: ignore[misc]
