@@ -42,7 +42,52 @@ def test_every_torch_parameter_in_torch_order(name: str) -> None:
     ours = list(inspect.signature(getattr(at, name)).parameters.values())
     assert [p.name for p in ours[:len(theirs)]] == [p.name for p in theirs]
     assert [p.default for p in ours[:len(theirs)]] == [p.default for p in theirs]
-    assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):])  # abicache's own: stable=, cache=, ...
+    assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):-1])  # abicache's own: stable=, cache=, ...
+    assert ours[-1].kind is ours[-1].VAR_KEYWORD  # a newer torch's parameter: torch's own call (below)
+
+
+NEWER_TORCH = []  # the calls the stand-in for a newer torch's function received
+
+
+def _newer(name: str, *args: object, shiny_new: bool = False, **kwargs: object) -> str:
+    """torch's function as a later release may have it: one parameter more."""
+    NEWER_TORCH.append({"name": name, "shiny_new": shiny_new, **kwargs})
+    return f"torch's own {name}"
+
+
+@pytest.mark.parametrize("function", ["load_inline", "load"])
+def test_a_parameter_abicache_does_not_know_runs_torchs_own_call(function: str, monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """torch 2.15 added load_inline(gil_not_used=): under install() a call passing it was a
+    TypeError where torch runs it. A parameter abicache does not know hands the call to torch's
+    own function (here a stand-in with one parameter more), with one warning naming it."""
+    import torch.utils.cpp_extension as ce
+
+    import abicache.torch as at
+    from abicache.errors import AbicacheWarning
+
+    NEWER_TORCH.clear()
+    monkeypatch.setattr(ce, function, _newer)
+    source = "int f();" if function == "load_inline" else [str(tmp_path / "f.cpp")]
+    at.install()
+    try:
+        with pytest.warns(AbicacheWarning, match=f"shiny_new is a parameter of a newer torch.*torch's own {function}"):
+            got = getattr(ce, function)("dropin_newer", source, verbose=True, shiny_new=True)
+    finally:
+        at.uninstall()
+    assert got == "torch's own dropin_newer" and getattr(ce, function) is _newer
+    second = "cpp_sources" if function == "load_inline" else "sources"
+    assert NEWER_TORCH == [{"name": "dropin_newer", "shiny_new": True, second: source, "verbose": True}]
+    with pytest.raises(UsageError, match="takes no cache="):  # abicache's own keywords are not torch's
+        getattr(at, function)("dropin_newer", source, shiny_new=True, cache=Cache(tmp_path / "store"))
+
+
+def test_a_parameter_torch_does_not_know_either_is_torchs_type_error() -> None:
+    import abicache.torch as at
+    from abicache.errors import AbicacheWarning
+
+    with pytest.warns(AbicacheWarning, match="no_such_parameter"), pytest.raises(TypeError, match="no_such_parameter"):
+        at.load_inline("dropin_bogus", "int f();", no_such_parameter=1)
 
 
 #: a module source that includes pybind11 alone (no_implicit_headers=True, bindings without torch's

@@ -381,10 +381,14 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
                 verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
                 is_python_module: bool = True, with_pytorch_error_handling: bool = True,
                 keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
-                stable: bool = False, target: str | None = None, cache: Cache | None = None) -> Any:
+                stable: bool = False, target: str | None = None, cache: Cache | None = None, **newer: Any) -> Any:
     """torch.utils.cpp_extension.load_inline, its arguments in its order, through
     the cache: a module for python modules, else the library's path (its ops are
-    then in torch.ops). Same name, new code in one process: the new module."""
+    then in torch.ops). Same name, new code in one process: the new module.
+    newer: a parameter of a later torch abicache does not know: the call is torch's own
+    (_torchs_own), never a TypeError where torch would run it."""
+    if newer:
+        return _torchs_own("load_inline", locals(), newer, stable=stable, target=target, cache=cache)
     args = dict(cuda_sources=cuda_sources, sycl_sources=sycl_sources, functions=functions,
                 extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_sycl_cflags=extra_sycl_cflags,
                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, build_directory=build_directory,
@@ -404,12 +408,14 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
          verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
          is_python_module: bool = True, is_standalone: bool = False, keep_intermediates: bool = True, *,
          stable: bool = False, target: str | None = None, cache: Cache | None = None,
-         use_pch: bool = False) -> Any:
+         use_pch: bool = False, **newer: Any) -> Any:
     """torch.utils.cpp_extension.load, its arguments in its order, through the
     cache: each source compiled where it lives (so its sibling headers and
     relative include paths work as with the compiler run by hand here). The
     headers they read are recorded: editing one rebuilds, in this process too.
-    is_standalone: an executable; its path is returned."""
+    is_standalone: an executable; its path is returned. newer: as load_inline's."""
+    if newer:
+        return _torchs_own("load", locals(), newer, stable=stable, target=target, cache=cache)
     if is_python_module and is_standalone:
         raise UsageError("`is_python_module` and `is_standalone` are mutually exclusive.")
     paths = [Path(item) for item in listed(sources)]  # torch takes one path as well as a list
@@ -431,6 +437,36 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     if is_standalone:
         return _load_once(memo, build, lambda art: str(art.file()))
     return _load_once(memo, build, lambda art: _load(art, python_module=python_module))
+
+
+#: abicache's own keywords of load and load_inline, which torch's functions do not take
+_OURS = ("stable", "target", "cache", "newer")
+
+
+def _torchs_own(function: str, given: Mapping[str, Any], newer: Mapping[str, Any], **ours: Any) -> Any:
+    """A call with a parameter of a newer torch than abicache knows, handed to torch's own
+    function (uncached), with one warning naming it: every torch release may add one, and
+    the drop-in must not turn it into a TypeError in someone's program. The arguments given
+    are passed on as keywords, those left at torch's defaults not at all (an older torch may
+    lack them); a parameter torch does not know either is torch's own TypeError."""
+    import inspect
+
+    from .errors import warn_once
+
+    mine = globals()[function]
+    if any(value is not None and value is not False for value in ours.values()):
+        named = ", ".join(f"{k}=" for k, v in ours.items() if v is not None and v is not False)
+        raise UsageError(f"abicache.torch.{function}: {', '.join(sorted(newer))} is not a parameter abicache "
+                         f"knows, and torch's own {function} takes no {named}: drop one or the other")
+    defaults = {p.name: p.default for p in inspect.signature(mine).parameters.values()}
+    passed = {k: v for k, v in given.items() if k not in _OURS and k in defaults and v is not defaults[k]}
+    original = _patch.saved.get(function) or getattr(__import__("torch.utils.cpp_extension",
+                                                                fromlist=[function]), function)
+    if original is mine:
+        raise UsageError(f"abicache.torch.{function}: torch's own {function} cannot be found (it was replaced)")
+    warn_once(f"abicache.torch.{function}: {', '.join(sorted(newer))} is a parameter of a newer torch than "
+              f"abicache knows; this call runs torch's own {function}, uncached (upgrade abicache to cache it)")
+    return original(**passed, **newer)
 
 
 def _load(art: Artifact, *, python_module: bool) -> Any:
