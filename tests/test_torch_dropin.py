@@ -40,10 +40,32 @@ def test_every_torch_parameter_in_torch_order(name: str) -> None:
 
     theirs = list(inspect.signature(getattr(cpp_extension, name)).parameters.values())
     ours = list(inspect.signature(getattr(at, name)).parameters.values())
+    # the installed torch's are a prefix of ours; ours go on with those of the newest torch abicache knows
     assert [p.name for p in ours[:len(theirs)]] == [p.name for p in theirs]
     assert [p.default for p in ours[:len(theirs)]] == [p.default for p in theirs]
-    assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):-1])  # abicache's own: stable=, cache=, ...
+    positional = [p for p in ours[len(theirs):] if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert [p.name for p in positional] == [p for p in NEWEST_TORCH[name] if p not in {t.name for t in theirs}]
+    assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs) + len(positional):-1])  # abicache's own: stable=, ...
     assert ours[-1].kind is ours[-1].VAR_KEYWORD  # a newer torch's parameter: torch's own call (below)
+
+
+#: what torch 2.15 (the newest) added after 2.13's parameters, in its order
+NEWEST_TORCH = {"load_inline": ["gil_not_used"], "load": []}
+
+
+def test_gil_not_used_declares_it_in_the_bindings_as_torch_2_15_does(store: Cache) -> None:
+    """load_inline(gil_not_used=True): `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, pybind11::mod_gil_not_used())`,
+    torch 2.15's line, a source of its own (another key); the module builds and runs."""
+    import abicache.torch as at
+
+    declared = at.inline_sources("m", "int f();", ["f"], False, True, gil_not_used=True)["main.cpp"]
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, pybind11::mod_gil_not_used()) {" in declared
+    assert "mod_gil_not_used" not in at.inline_sources("m", "int f();", ["f"], False, True)["main.cpp"]
+    source = "#include <pybind11/pybind11.h>\nint f() { return 5; }"
+    module = at.load_inline("dropin_nogil", source, functions="f", gil_not_used=True, cache=store, **PYBIND_ONLY)
+    plain = at.build_inline("dropin_nogil", source, functions="f", cache=store, **PYBIND_ONLY)
+    assert module.f() == 5 and plain.key != at.build_inline("dropin_nogil", source, functions="f", cache=store,
+                                                            gil_not_used=True, **PYBIND_ONLY).key
 
 
 NEWER_TORCH = []  # the calls the stand-in for a newer torch's function received

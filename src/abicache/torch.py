@@ -88,8 +88,10 @@ def target_macro(version: str) -> str:
 
 def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, stable: bool,
                    python_module: bool, cuda_sources: Sequence[str] | str | None = None, *,
-                   error_handling: bool = True, implicit_headers: bool = True) -> dict[str, str]:
-    """main.cpp (and cuda.cu) as cpp_extension.load_inline writes them."""
+                   error_handling: bool = True, implicit_headers: bool = True,
+                   gil_not_used: bool = False) -> dict[str, str]:
+    """main.cpp (and cuda.cu) as cpp_extension.load_inline writes them (gil_not_used: torch 2.15's,
+    the bindings declare they run without the GIL)."""
     parts = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources)
     implicit = implicit_headers and not stable
     if implicit:
@@ -98,7 +100,7 @@ def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, 
         if stable:
             raise UsageError("functions= makes pybind11 bindings, which the stable ABI excludes; "
                              "register the functions with STABLE_TORCH_LIBRARY instead")
-        parts.append(_bindings(functions, error_handling))
+        parts.append(_bindings(functions, error_handling, gil_not_used))
     sources = {"main.cpp": "\n".join(parts)}
     cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or ())
     if cuda:
@@ -108,7 +110,7 @@ def inline_sources(name: str, cpp_sources: Sequence[str] | str, functions: Any, 
     return sources
 
 
-def _bindings(functions: Any, error_handling: bool = True) -> str:
+def _bindings(functions: Any, error_handling: bool = True, gil_not_used: bool = False) -> str:
     if isinstance(functions, str):
         functions = [functions]
     if isinstance(functions, Mapping):
@@ -118,7 +120,8 @@ def _bindings(functions: Any, error_handling: bool = True) -> str:
     else:
         raise UsageError(f"Expected 'functions' to be a list or dict, but was {type(functions)}")
     wrap = "torch::wrap_pybind_function({})" if error_handling else "{}"
-    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m, pybind11::mod_gil_not_used()) {" if gil_not_used
+             else "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
     lines += [f'm.def("{f}", {wrap.format(f)}, "{d}");' for f, d in docs.items()]
     return "\n".join(lines + ["}"])
 
@@ -354,7 +357,8 @@ def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequ
                  extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: Any = None,
                  verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
                  is_python_module: bool = True, with_pytorch_error_handling: bool = True,
-                 keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
+                 keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False,
+                 gil_not_used: bool = False, *,
                  stable: bool = False, target: str | None = None, cache: Cache | None = None) -> Artifact:
     """The cached build of an inline extension, not loaded; load_inline's arguments.
     cuda_sources compile with nvcc (classic: against torch's CUDA build; stable:
@@ -365,7 +369,8 @@ def build_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequ
                          [sycl_sources, extra_sycl_cflags] if (sycl_sources or extra_sycl_cflags) else None, with_sycl)
     python_module = is_python_module and not stable
     sources = inline_sources(name, cpp_sources, functions, stable, python_module, cuda_sources,
-                             error_handling=with_pytorch_error_handling, implicit_headers=not no_implicit_headers)
+                             error_handling=with_pytorch_error_handling, implicit_headers=not no_implicit_headers,
+                             gil_not_used=gil_not_used)
     art = plan(name, sources, stable=stable, target=target, python_module=python_module,
                extra_cflags=opts.cflags, extra_ldflags=opts.ldflags, extra_include_paths=opts.include_paths,
                verbose=verbose, facts=cache.facts, use_pch=use_pch, extra_cuda_cflags=opts.cuda_cflags,
@@ -380,7 +385,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
                 extra_ldflags: Any = None, extra_include_paths: Any = None, build_directory: Any = None,
                 verbose: bool = False, with_cuda: bool | None = None, with_sycl: bool | None = None,
                 is_python_module: bool = True, with_pytorch_error_handling: bool = True,
-                keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False, *,
+                keep_intermediates: bool = True, use_pch: bool = False, no_implicit_headers: bool = False,
+                gil_not_used: bool = False, *,
                 stable: bool = False, target: str | None = None, cache: Cache | None = None, **newer: Any) -> Any:
     """torch.utils.cpp_extension.load_inline, its arguments in its order, through
     the cache: a module for python modules, else the library's path (its ops are
@@ -394,7 +400,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, build_directory=build_directory,
                 verbose=verbose, with_cuda=with_cuda, with_sycl=with_sycl, is_python_module=is_python_module,
                 with_pytorch_error_handling=with_pytorch_error_handling, keep_intermediates=keep_intermediates,
-                use_pch=use_pch, no_implicit_headers=no_implicit_headers, stable=stable, target=target, cache=cache)
+                use_pch=use_pch, no_implicit_headers=no_implicit_headers, gil_not_used=gil_not_used, stable=stable,
+                target=target, cache=cache)
     memo = ("torch", name, _fingerprint(cpp_sources), _fingerprint(cuda_sources or ()), repr(functions),
             repr(sorted((k, v) for k, v in args.items() if k not in ("cuda_sources", "functions", "cache",
                                                                        "verbose"))), _where(cache), _steering())
