@@ -456,6 +456,7 @@ def _torchs_own(function: str, given: Mapping[str, Any], newer: Mapping[str, Any
     the drop-in must not turn it into a TypeError in someone's program. The arguments given
     are passed on as keywords, those left at torch's defaults not at all (an older torch may
     lack them); a parameter torch does not know either is torch's own TypeError."""
+    import importlib
     import inspect
 
     from .errors import warn_once
@@ -467,8 +468,7 @@ def _torchs_own(function: str, given: Mapping[str, Any], newer: Mapping[str, Any
                          f"knows, and torch's own {function} takes no {named}: drop one or the other")
     defaults = {p.name: p.default for p in inspect.signature(mine).parameters.values()}
     passed = {k: v for k, v in given.items() if k not in _OURS and k in defaults and v is not defaults[k]}
-    original = _patch.saved.get(function) or getattr(__import__("torch.utils.cpp_extension",
-                                                                fromlist=[function]), function)
+    original = _patch.saved.get(function) or getattr(importlib.import_module("torch.utils.cpp_extension"), function)
     if original is mine:
         raise UsageError(f"abicache.torch.{function}: torch's own {function} cannot be found (it was replaced)")
     warn_once(f"abicache.torch.{function}: {', '.join(sorted(newer))} is a parameter of a newer torch than "

@@ -165,18 +165,13 @@ def ptx_target(text: str, where: str = "PTX") -> Target:
     if version is None or target is None:
         raise AuditError(f"{where} has no '.version' and '.target' header; is it PTX?")
     arch = target.group(1).split(",")[0].strip()
-    # the same rule as every requirement line (a header cut inside its target, `sm_8`, is not one)
-    if not re.fullmatch(r"sm_\d+[af]?", arch) or not _is_target(arch.replace("sm_", "compute_")):
-        raise AuditError(f"{where}: unknown PTX target {arch!r}")
-    return Target("ptx", arch.replace("sm_", "compute_"), f"{version.group(1)}.{version.group(2)}")
-
-
-def _is_target(name: str) -> bool:
-    try:
-        archs.parse_target(name)
+    try:  # the same rule as every requirement line (a header cut inside its target, `sm_8`, is not one)
+        if not re.fullmatch(r"sm_\d+[af]?", arch):
+            raise ValueError(arch)
+        archs.parse_target(arch.replace("sm_", "compute_"))
     except ValueError:
-        return False
-    return True
+        raise AuditError(f"{where}: unknown PTX target {arch!r}") from None
+    return Target("ptx", arch.replace("sm_", "compute_"), f"{version.group(1)}.{version.group(2)}")
 
 
 # PTX ISA version -> the CUDA release (and so the minimum driver) that introduced it.
