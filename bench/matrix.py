@@ -49,11 +49,13 @@ from abicache.core.key import Inputs  # noqa: E402
 from abicache.values.requirements import Requirements  # noqa: E402
 
 ARTIFACTS = ["C library", "CPython module", "abi3 module", "classic torch op", "stable torch op", "cubin", "PTX",
-             "C project, header edited", "AMD code object", "C++ project, shadowing header", "C++ project, $CXX words"]
+             "C project, header edited", "AMD code object", "C++ project, shadowing header", "C++ project, $CXX words",
+             "CUDA torch extension"]
 HEADERED = "C project, header edited"
 SHADOWED = "C++ project, shadowing header"  # a header created in an earlier include folder (E5-E7)
 WORDS = "C++ project, $CXX words"  # CXX="c++ -D_GLIBCXX_USE_CXX11_ABI=0" where the environment says so
 HSACO = "AMD code object"  # Triton's .hsaco for the environment's AMD target
+CUDA_EXT = "CUDA torch extension"  # C++ and .cu sources for TORCH_CUDA_ARCH_LIST: a host library with GPU code
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 
@@ -64,8 +66,8 @@ class Env:
     torch: str  # torch.__version__, with its local tag
     cxx11abi: str
     cuda: int  # toolkit, runtime and driver major
-    device: str  # the GPU: sm_80 or sm_90
-    target: str  # what its JIT compiles for: sm_80, sm_90, sm_90a, or an AMD target (gfx942)
+    device: str  # the GPU: sm_80 or sm_90, or none (a build machine without one)
+    target: str  # what its JIT compiles for (TORCH_CUDA_ARCH_LIST): sm_80, sm_90, sm_90a, or an AMD target
     header: int = 1  # which content the project's header has here (edited over time)
     hip: int = 0  # the ROCm/HIP major of an AMD machine (0: an NVIDIA one)
     shadow: bool = False  # a header that shadows the project's is in an earlier include folder
@@ -115,6 +117,9 @@ ENVS = [
     Env("E14 MI250X (gfx90a), torch +rocm6.4", "3.11", "2.9.1+rocm6.4", "1", 0, "gfx90a:sramecc+:xnack-", "gfx90a",
         hip=6),
     Env("E15 MI300X, ROCm 7, torch 2.10 +rocm7.0", "3.12", "2.10.0+rocm7.0", "1", 0, "gfx942", "gfx942", 3, hip=7),
+    # a build farm without a GPU (E1's torch, TORCH_CUDA_ARCH_LIST=9.0), then an A100 given the H100's arch list
+    Env("E16 build farm, no GPU", "3.11", "2.9.1+cu128", "1", 12, "none", "sm_90"),
+    Env("E17 A100, arch list 9.0", "3.11", "2.9.1+cu128", "1", 12, "sm_80", "sm_90"),
 ]
 
 
@@ -124,9 +129,13 @@ ENVS = [
 def applies(art: str, env: Env) -> bool:
     """Whether art is built in env at all: CUDA code on NVIDIA machines, AMD code on AMD ones."""
     if art in ("cubin", "PTX"):
-        return not env.amd
+        # A machine without a GPU compiles kernels for a named target and judges them for it
+        # (abicache.cuda, tests/test_arch_fit.py): not for this machine's facts
+        return not env.amd and env.device != "none"
     if art == HSACO:
         return env.amd
+    if art == CUDA_EXT:
+        return env.flavor == "cuda"
     return True
 
 
@@ -134,7 +143,7 @@ def request(art: str, env: Env) -> str:
     """What a build of art in env is asked to produce (a different request is a different build)."""
     if art == HSACO:
         return env.target
-    if art == "cubin":
+    if art in ("cubin", CUDA_EXT):
         return env.target
     if art == "PTX":
         return env.target.replace("sm_", "compute_")
@@ -145,6 +154,12 @@ def _runs(target: str, device: str) -> bool:
     from abicache.values.archs import parse_target
 
     return parse_target(target).runs_on(parse_target(device))
+
+
+def _gpu_code_fits(target: str, device: str) -> bool:
+    """A host library's GPU code: every GPU present must run it; with none, its CPU paths run
+    (torch's own load returns the module there, and its CPU functions work: measured)."""
+    return device == "none" or _runs(target, device)
 
 
 RULES: dict[str, Callable[[Env, Env], bool]] = {
@@ -159,6 +174,8 @@ RULES: dict[str, Callable[[Env, Env], bool]] = {
     HSACO: lambda b, e: e.amd and _runs(b.target, e.device),
     SHADOWED: lambda b, e: b.shadow == e.shadow,
     WORDS: lambda b, e: b.cxx == e.cxx,
+    CUDA_EXT: lambda b, e: (b.torch_build == e.torch_build and b.python == e.python
+                            and _gpu_code_fits(request(CUDA_EXT, b), e.device)),
 }
 WHY_RULE = {
     "C library": "plain C: no Python, torch or CUDA dependency (audit: only glibc symbol versions)",
@@ -177,6 +194,8 @@ WHY_RULE = {
               "(a depfile lists what was found, not what was looked for)",
     WORDS: "CXX='c++ -D_GLIBCXX_USE_CXX11_ABI=0' (E6): another std::string ABI, so only a build with the same "
            "compiler command is the same program",
+    CUDA_EXT: "the classic op's rule, and its GPU code must run on every GPU present (an A100 given sm_90 code, "
+              "E17, cannot launch it); a machine without a GPU (E16) loads it for its CPU paths",
 }
 
 
@@ -213,6 +232,8 @@ def _command(art: str, env: Env) -> tuple[str, ...]:
     """The build command's env-dependent part (what ninja compares)."""
     if art in ("cubin", "PTX"):
         return (f"-arch={request(art, env)}",)
+    if art == CUDA_EXT:
+        return (f"-I/usr/include/python{env.python}", f"-arch={request(art, env)}")
     if art == HSACO:
         return (f"--offload-arch={request(art, env)}",)
     if art in ("CPython module", "abi3 module", "classic torch op"):
@@ -256,6 +277,10 @@ STABLE_SRC = ('#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stab
               'STABLE_TORCH_LIBRARY(matrix_stable, m) { m.def("ident(Tensor t) -> Tensor"); }\n'
               'STABLE_TORCH_LIBRARY_IMPL(matrix_stable, CPU, m) { m.impl("ident", TORCH_BOX(&ident)); }\n')
 KERNEL = 'extern "C" __global__ void scale(float* x, float a, int n) { int i = threadIdx.x; if (i < n) x[i] *= a; }'
+EXT_SRC = ('#include <torch/extension.h>\nvoid launch_scale(float* x, float a, int n);\n'
+           'double twice(double x) { return 2 * x; }\n'
+           'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }\n')
+EXT_CU = KERNEL + '\nvoid launch_scale(float* x, float a, int n) { scale<<<1, 256>>>(x, a, n); }\n'
 #: Triton's key for one kernel source and Triton version, before the target is added
 TRITON_KERNEL_KEY = hashlib.sha256(b"triton 3.6: k(x, n, B) source").hexdigest()
 
@@ -293,6 +318,10 @@ def abicache_plan(art: str, env: Env, facts: Facts) -> tuple[str, str, Inputs, R
                                                                              f"-I{SHADOW_PROJECT / 'second'}"])
     elif art == WORDS:
         p = _with_cxx(env.cxx, lambda: cc.library_plan("words", ['extern "C" int f() { return 1; }']))
+    elif art == CUDA_EXT:
+        arch = request(art, env).split("_")[1]
+        p = _with_env("TORCH_CUDA_ARCH_LIST", f"{arch[0]}.{arch[1:]}", lambda: abitorch.plan(
+            "matrix_cuda", {"ext.cpp": EXT_SRC, "kernel.cu": EXT_CU}, facts=facts))
     elif art == HSACO:  # abicache.triton keys a kernel on Triton's own key, which holds the target
         inputs = Inputs.make({}, extra={"triton_key": f"{TRITON_KERNEL_KEY}|hip|{request(art, env)}|64"})
         return "triton", "k", inputs, Requirements()
@@ -320,6 +349,8 @@ def requirements_of(art: str, built: Env) -> Requirements:
         HSACO: [f"gpu.arch ~= {request(art, built)}"],
         SHADOWED: [],
         WORDS: [],
+        CUDA_EXT: [f"torch.build == {built.torch_build}", f"python.abi == cp{built.python.replace('.', '')}",
+                   f"cuda.runtime == {built.cuda}", f"gpu.arch ~= {request(art, built)}"],
     }[art])
 
 
@@ -443,15 +474,20 @@ def _write_shadow(env: Env) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
 
 def _with_cxx(cxx: str, make: Callable[[], Any]) -> Any:
     """A plan made where $CXX is cxx (the project's build sets it)."""
-    before = os.environ.get("CXX")
-    os.environ["CXX"] = cxx
+    return _with_env("CXX", cxx, make)
+
+
+def _with_env(name: str, value: str, make: Callable[[], Any]) -> Any:
+    """A plan made where the variable has that value (the project's build sets it)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         return make()
     finally:
         if before is None:
-            del os.environ["CXX"]
+            del os.environ[name]
         else:
-            os.environ["CXX"] = before
+            os.environ[name] = before
 
 
 def minimum_builds() -> int:
@@ -613,6 +649,10 @@ def evidence(loads: dict[tuple[str, str], str], clib: dict[str, str], audited: d
         elif art in (SHADOWED, WORDS):
             out[art] = ("measured: tests/test_fidelity.py and bench/fidelity.py compile, change it, load the "
                         "new answer in a fresh process (beside ccache)")
+        elif art == CUDA_EXT:
+            out[art] = ("measured: tests/test_torch_newest.py builds one (-Ofast -fopenmp, arch list 9.0) under "
+                        "torch 2.15+cu132 without a GPU, loads it and calls its CPU function; bench/gpu calls one on "
+                        "an H100; the audit's requirements are checked there")
         elif art in ("CPython module", "abi3 module") and pythons == set(PYTHONS):
             out[art] = "measured: real loads under 3.10-3.13" + (" (+ the per-minor rule)" if art == "CPython module" else "")
         else:

@@ -127,9 +127,9 @@ def read_only(mount: Path) -> None:
 #: the modules that build torch extensions or wait on real timeouts, longest first (by
 #: `--durations` on a 2-core machine). They are handed out first so that the workers finish
 #: together; in the order of their names they came last and ran alone at the end.
-LONGEST_FIRST = ("test_torch_dropin.py", "test_lease.py", "test_torch_frontend.py", "test_docs_blocks.py",
-                 "test_tvm_ffi.py", "test_bundle.py", "test_remote.py", "test_ship_e2e.py", "test_fidelity.py",
-                 "test_bundle_split.py", "test_torch_compile_cache.py", "test_build.py", "test_crash.py",
+LONGEST_FIRST = ("test_torch_newest.py", "test_torch_dropin.py", "test_lease.py", "test_torch_frontend.py",
+                 "test_docs_blocks.py", "test_tvm_ffi.py", "test_bundle.py", "test_remote.py", "test_ship_e2e.py",
+                 "test_fidelity.py", "test_bundle_split.py", "test_torch_compile_cache.py", "test_build.py", "test_crash.py",
                  "test_audit.py", "test_torch_lines.py", "test_store_safety.py", "test_triton.py")
 
 

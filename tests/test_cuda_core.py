@@ -13,6 +13,7 @@ import pytest
 
 import hostile
 from abicache import Cache
+from abicache.env import Facts
 from abicache.cli.main import main
 from conftest import SRC
 
@@ -96,13 +97,16 @@ def test_mapping_operations_and_a_program_that_cannot_load_here(root: Path) -> N
         del cache["k"]
     cache.clear()
     assert len(cache) == 0
-    here = ProgramCache(Cache(root))  # no target: judged against this machine
-    if here.cache.facts.get("gpu.arch") is not None:
-        pytest.skip("this machine has a GPU: every sm_90 cubin may load here or not, by its arch")
-    elf = _any_cubin(root)
+    elf = _any_cubin(root)  # sm_90
+    # an A100 (no target: judged against the machine's facts) cannot run it: not kept, with the way out
+    a100 = ProgramCache(Cache(root, facts=Facts().with_overrides({"gpu.arch": "sm_80"})))
     with pytest.warns(AbicacheWarning, match="target="):
-        here["x"] = elf
-    assert here.get("x") is None  # not kept: it cannot load here
+        a100["x"] = elf
+    assert a100.get("x") is None
+    # a machine without a GPU (a build machine) runs no GPU code: it keeps and finds what it compiles
+    no_gpu = ProgramCache(Cache(root, facts=Facts().with_overrides({"gpu.arch": "none"})))
+    no_gpu["x"] = elf
+    assert no_gpu.get("x") == elf and a100.get("x") is None
 
 
 def _any_cubin(root: Path) -> bytes:

@@ -275,24 +275,47 @@ def test_a_driver_that_finds_no_gpu_is_asked_again(tmp_path: Path, monkeypatch: 
     """Only a GPU found is remembered: a passing failure must not hide the GPU from later processes."""
     from abicache.env import cuda_probe, toolid
 
-    answers = iter([("13.0", None), ("13.0", "sm_90"), ("12.0", None)])
+    answers = iter([("13.0", "none"), ("13.0", "sm_90"), ("12.0", None)])
     asked = []
     monkeypatch.setattr(cuda_probe, "_seen", lambda: ("boot", "module", ("gpu",), (), (1, 2), ()))
     monkeypatch.setattr(cuda_probe, "_driver", lambda: asked.append(1) or next(answers))
-    for expected in [("13.0", None), ("13.0", "sm_90"), ("13.0", "sm_90")]:
+    for expected in [("13.0", "none"), ("13.0", "sm_90"), ("13.0", "sm_90")]:
         toolid._memo.clear()  # each call as a new process would make it
         assert cuda_probe._driver_remembered(tmp_path) == expected
     assert len(asked) == 2
 
 
-def test_no_driver_means_no_gpu_facts() -> None:
+def test_no_driver_means_no_gpu() -> None:
+    """No driver library: no CUDA process here can reach a GPU, so the machine has none."""
     code = "from abicache.env import Facts; f = Facts(); print(f.get('cuda.driver'), f.get('gpu.arch'))"
     out = run_py(code, env={"LD_LIBRARY_PATH": ""})
     import ctypes.util
 
     if ctypes.util.find_library("cuda"):
         pytest.skip("this machine has a CUDA driver")
-    assert out.stdout.split() == ["None", "None"]
+    assert out.stdout.split() == ["None", "none"]
+
+
+@pytest.mark.parametrize(("init", "count", "expected"), [
+    (100, 1, ["13.0", "none"]),  # CUDA_ERROR_NO_DEVICE (also CUDA_VISIBLE_DEVICES=""): surely none
+    (0, 0, ["13.0", "none"]),
+    (999, 1, ["13.0", "None"]),  # CUDA_ERROR_UNKNOWN: the GPUs are not known, never "none"
+    (3, 1, ["13.0", "None"]),
+])
+def test_a_driver_that_sees_no_device_means_no_gpu_and_one_that_fails_means_unknown(
+        tmp_path: Path, init: int, count: int, expected: list[str]) -> None:
+    import subprocess as sp
+
+    src = tmp_path / "cuda.c"
+    src.write_text(FAKE_DRIVER.replace("int cuInit(unsigned flags) { return 0; }",
+                                       f"int cuInit(unsigned flags) {{ return {init}; }}")
+                   .replace("*n = 2;", f"*n = {count};"))
+    lib = tmp_path / "libcuda.so.1"
+    sp.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(lib)], check=True)
+    code = "from abicache.env import Facts; f = Facts(); print(f.get('cuda.driver'), f.get('gpu.arch'))"
+    out = run_py(code, env={"LD_LIBRARY_PATH": str(tmp_path), "ABICACHE_KFD_TOPOLOGY": str(tmp_path / "no-kfd")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == expected
 
 
 def test_cuda_runtime_major_from_the_libraries_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

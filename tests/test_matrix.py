@@ -64,3 +64,25 @@ def test_the_fidelity_rows_catch_a_depfile_cache_and_not_abicache(matrix) -> Non
     assert any(matrix.SHADOWED in e for e in torch_ext.examples), torch_ext.examples
     ours = matrix.simulate_abicache()
     assert not any(a in e for e in ours.examples for a in (matrix.SHADOWED, matrix.WORDS))
+
+
+def test_a_machine_without_a_gpu_shares_the_cuda_extension_and_another_gpu_never_gets_it(matrix) -> None:  # type: ignore[no-untyped-def]
+    """The CUDA torch extension built on an H100 for arch list 9.0 (E1) is the build farm's (E16,
+    no GPU: one key, its requirements hold) and never an A100's given the same arch list (E17:
+    one key, gpu.arch ~= sm_90 fails); the schemes that key on folders reuse it there."""
+    envs = {e.label.split()[0]: e for e in matrix.ENVS}
+    facts = {n: matrix.facts_for(envs[n]) for n in ("E1", "E16", "E17")}
+    ext = matrix.CUDA_EXT
+
+    def key(name: str) -> str:
+        kind, n, inputs, _ = matrix.abicache_plan(ext, envs[name], facts[name])
+        return matrix.keys.compute(kind, n, inputs.describe(facts[name]))
+
+    assert key("E1") == key("E16") == key("E17")
+    built = matrix.requirements_of(ext, envs["E1"])
+    assert "gpu.arch ~= sm_90" in str(built)
+    assert built.satisfied_by(facts["E16"]) and not built.satisfied_by(facts["E17"])
+    ours = matrix.simulate_abicache()
+    assert not any(ext in e for e in ours.examples), ours.examples
+    torch_ext = matrix.simulate_scheme(next(s for s in matrix.SCHEMES if s.name == "torch cpp_extension"))
+    assert any(e.startswith(f"{ext}: ") and e.endswith("-> E17 A100, arch list 9.0") for e in torch_ext.examples)

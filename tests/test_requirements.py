@@ -98,10 +98,26 @@ def test_gpu_rules(target: str, device: str) -> None:
         ("gpu.arch ~= sm_100f", "sm_103", True),
         ("gpu.arch ~= sm_80,sm_90", "sm_80,sm_90", True),
         ("gpu.arch ~= sm_90", "sm_80,sm_90", False),
+        ("gpu.arch ~= sm_90a", "none", True),  # no GPU here: nothing to run the GPU code on
+        ("gpu.arch ~= gfx942", "none", True),
     ],
 )
 def test_gpu_operator_checks_every_device(req: str, device: str, ok: bool) -> None:
     assert (Requirement.parse(req).check({"gpu.arch": device}) is None) is ok
+
+
+def test_no_gpu_meets_gpu_code_and_not_knowing_does_not() -> None:
+    """GPU code is a requirement on running it: a machine known to have no GPU (gpu.arch = none)
+    loads a host library with device code for its CPU paths; one whose GPUs are not known
+    (a driver that failed: no fact) is not trusted with it, and a GPU of another arch never is."""
+    reqs = Requirements.of(["gpu.arch ~= sm_90", "cuda.runtime == 13"])
+    assert reqs.satisfied_by({"gpu.arch": "none", "cuda.runtime": "13"})
+    assert reqs.gpu_rank({"gpu.arch": "none"}) == 0
+    assert [str(u) for u in reqs.unmet({"cuda.runtime": "13"})] == [
+        "gpu.arch ~= sm_90: gpu.arch is not available in this environment"]
+    assert [str(u) for u in reqs.unmet({"gpu.arch": "sm_80", "cuda.runtime": "13"})] == [
+        "gpu.arch ~= sm_90: this environment has gpu.arch = sm_80"]
+    assert not Requirements.of(["gpu.arch ~= sm_90", "cuda.driver >= 13.0"]).satisfied_by({"gpu.arch": "none"})
 
 
 def test_unmet_requirements_say_why() -> None:

@@ -369,7 +369,11 @@ def test_stable_op_with_cuda_sources_builds_for_any_torch_flavor(monkeypatch: py
     with pytest.raises(BuildError, match=r"cuda.cu includes <ATen/\.\.\.>"):
         at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=["#include <ATen/ATen.h>\n"],
                         stable=True, cache=target)
-    # without a GPU of that arch here, a plain lookup refuses it (as the driver would)
+    # a GPU of another arch never gets it (as the driver would refuse its kernels): rebuilt, and refused
     with pytest.raises(BuildError, match="gpu.arch"):
         at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
                         cache=Cache(tmp_path, facts=Facts().with_overrides({"gpu.arch": "sm_80"})))
+    # a machine with no GPU (a build farm) finds the same entry, not rebuilt: it loads for its CPU paths
+    no_gpu = Cache(tmp_path, facts=Facts().with_overrides({"gpu.arch": "none", "cuda.runtime": "13"}))
+    assert at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
+                           cache=no_gpu).hit

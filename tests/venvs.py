@@ -1,5 +1,6 @@
 """Virtual environments the tests make: a venv of an interpreter (optionally seeing its
-packages), and a reused Python 3.12 venv with abicache and its remote extra."""
+packages), a reused Python 3.12 venv with abicache and its remote extra, and a reused venv
+with the newest torch (a CUDA build, which imports without a GPU)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,52 @@ def py312_with_abicache() -> str:
             shutil.rmtree(venv, ignore_errors=True)
             make_venv(venv, str(found[-1]), install=["-e", f"{ROOT}[remote]"])
     return str(python)
+
+
+#: the newest torch release, as users install it from the package index: a CUDA build (cu13x)
+NEWEST_TORCH = "torch==2.15.*"
+#: what the tests that run in the newest torch's venv import besides abicache's own dependencies
+NEWEST_TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "filelock>=3.16", "pyelftools>=0.31",
+                     "numpy>=1.24"]
+
+
+def newest_torch() -> str:
+    """The python of a venv of this interpreter with NEWEST_TORCH, abicache's dependencies and
+    the test tools (made once, about 6 GB from the package index, about a minute from a near
+    mirror; reused by later runs). abicache itself is not installed there: run it with
+    PYTHONPATH=src (conftest.run_py), so a venv made from another checkout serves this one.
+
+    pip's constraint file may cap torch below the newest (this machine's
+    /etc/xdg/pip/constraints.txt says torch<=2.14.1): this one pip run gets an empty one
+    (PIP_CONSTRAINT), which lifts the cap for this venv only."""
+    import sys
+    import tempfile
+
+    with reused(f"py{sys.version_info[0]}{sys.version_info[1]}-torch-newest") as venv:
+        python = venv / "bin" / "python"
+        probe = [str(python), "-c", "import torch, pytest, xdist, hypothesis, filelock, elftools, platformdirs, "
+                 "packaging, rich, abi3info; assert torch.__version__.startswith('2.15'), torch.__version__"]
+        if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+            return str(python)
+        shutil.rmtree(venv, ignore_errors=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as empty:
+            made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True,
+                                  timeout=300)
+            assert made.returncode == 0, made.stderr
+            done = subprocess.run([str(python), "-m", "pip", "install", "-q", NEWEST_TORCH, *_dependencies(),
+                                   *NEWEST_TEST_TOOLS], capture_output=True, text=True, timeout=1800,
+                                  env={**os.environ, "PIP_CONSTRAINT": empty.name})
+        if done.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            pytest.skip(f"cannot install {NEWEST_TORCH} into a venv: {done.stderr[-300:]}")
+        return str(python)
+
+
+def _dependencies() -> list[str]:
+    """abicache's own dependencies, as pyproject.toml lists them."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

@@ -19,10 +19,11 @@ named after that key, so it gets what every entry gets:
   * the remote tier (ABICACHE_REMOTE) and its signatures, statistics, a size
     cap and gc.
 
-`target` judges requirements for another machine (a compile-only CI job with
-no GPU: ProgramCache(target={"gpu.arch": "sm_90"})). Without it, a program
-that cannot load here is not kept (cuda.core still returns it) and a warning
-says what to pass.
+`target` judges requirements for another machine (ProgramCache(target=
+{"gpu.arch": "sm_90"})). Without it, they are judged for this one: a machine
+without a GPU runs no GPU code and keeps what it compiles (a compile-only CI
+job); a program that cannot run on this machine's GPUs is not kept (cuda.core
+still returns it) and a warning says what to pass.
 """
 
 from __future__ import annotations

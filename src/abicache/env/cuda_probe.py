@@ -6,8 +6,11 @@ cuda.runtime: the highest libcudart major found, searching in order
   3. $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (lib64, lib),
   4. the system library directories.
 cuda.driver / gpu.arch: asked of libcuda.so.1 through ctypes (cuDriverGetVersion,
-  cuDeviceGetAttribute); None where there is no driver or no GPU. gpu.arch also
-  lists the AMD GPUs present (amd_probe.py: KFD's topology in sysfs).
+  cuDeviceGetAttribute); cuda.driver is None where there is no driver. gpu.arch
+  also lists the AMD GPUs present (amd_probe.py: KFD's topology in sysfs); it is
+  `none` where the machine surely has no GPU (no libcuda.so.1 to load, or a
+  driver that reports no device) and None where that is not known (a driver
+  that failed otherwise): only a known none meets `gpu.arch ~= ...`.
   Asking the driver means cuInit (10 ms a process, 180 ms the first time after a
   boot, measured on an H200), so the answer is remembered under the store's tools/
   while nothing that decides it moved (_seen): the boot, the kernel module's
@@ -22,6 +25,7 @@ import os
 import re
 from pathlib import Path
 
+from ..values.archs import NO_GPU
 from .probes import CUDA_FACTS  # noqa: F401  (what probe() answers)
 from .sonames import highest_major, loaded_major
 
@@ -30,6 +34,7 @@ _SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr
                 "/usr/local/lib")
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CUDA_ERROR_NO_DEVICE = 100  # cuInit's answer where the driver sees no device (or none is visible)
 
 
 def probe(memo_dir: Path | None = None) -> dict[str, str | None]:
@@ -37,8 +42,9 @@ def probe(memo_dir: Path | None = None) -> dict[str, str | None]:
 
     driver, archs = _driver_remembered(memo_dir)
     # gpu.arch: every GPU present, NVIDIA's (from the driver) and AMD's (from KFD's sysfs)
-    present = ([archs] if archs else []) + amd_probe.gpu_archs()
-    return {"cuda.runtime": runtime_major(), "cuda.driver": driver, "gpu.arch": ",".join(present) or None}
+    present = ([archs] if archs not in (None, NO_GPU) else []) + amd_probe.gpu_archs()
+    gpus = ",".join(present) or (NO_GPU if archs == NO_GPU else None)
+    return {"cuda.runtime": runtime_major(), "cuda.driver": driver, "gpu.arch": gpus}
 
 
 def runtime_dirs() -> list[Path]:
@@ -87,7 +93,8 @@ def _seen() -> tuple[object, ...] | None:
 
 def _driver_remembered(memo_dir: Path | None) -> tuple[str | None, str | None]:
     """_driver(), remembered while _seen() holds. Only a GPU found is remembered: a driver that
-    failed (a passing error, a device being reset) is asked again by the next process."""
+    failed or found none (a passing error, a device being reset) is asked again by the next
+    process."""
     seen = _seen()
     if seen is None or memo_dir is None:
         return _driver()
@@ -101,25 +108,33 @@ def _driver_remembered(memo_dir: Path | None) -> tuple[str | None, str | None]:
     except (ValueError, TypeError):
         pass  # none, or one we cannot read: asked again, never believed
     driver, archs = _driver()
-    if driver is not None and archs is not None:
+    if driver is not None and archs not in (None, NO_GPU):
         toolid.remember_by(seen, what, json.dumps([driver, archs]), memo_dir)
     return driver, archs
 
 
 def _driver() -> tuple[str | None, str | None]:
+    """(driver version, NVIDIA devices): the devices are NO_GPU where there surely are none for
+    this process (no driver library to load: neither can CUDA; the driver says no device), None
+    where the driver failed otherwise (not known)."""
     import ctypes
 
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return None, None
+        return None, NO_GPU
     version = ctypes.c_int(0)
     if cuda.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
         return None, None
     driver = f"{version.value // 1000}.{(version.value % 1000) // 10}"
+    init = cuda.cuInit(0)
+    if init == CUDA_ERROR_NO_DEVICE:
+        return driver, NO_GPU
     count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+    if init != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return driver, None
+    if count.value == 0:
+        return driver, NO_GPU
     archs = set()
     for device in range(count.value):
         major, minor = ctypes.c_int(0), ctypes.c_int(0)

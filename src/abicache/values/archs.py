@@ -12,6 +12,9 @@ device's mode (`gfx90a:xnack-` does not load where XNACK is on), an absent one
 means "any"; a generic target (`gfx9-4-generic`) runs on each of its members.
 A device is `gfx942`, or `gfx90a:sramecc+:xnack-` where its modes are known.
 NVIDIA code never runs on an AMD device, nor the other way round.
+
+A machine known to have no GPU (no driver, or a driver that finds no device) has
+the devices `none` (NO_GPU): there is nothing there to run GPU code on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import re
 
 _TARGET = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
+#: the devices of a machine known to have no GPU (the fact gpu.arch = none)
+NO_GPU = "none"
 
 
 class _Value:

@@ -8,6 +8,9 @@ A requirement is one line, `NAME OP VALUE`, over a named environment fact::
                                  membership
     gpu.arch ~= compute_80,sm_90a
                                  every GPU present can run one of the targets
+                                 (a machine with none, gpu.arch = none, meets it:
+                                 GPU code is a requirement on running it, not on
+                                 loading the file that holds it)
 
 `str()` gives the canonical form and `parse()` reads it back; a set of
 requirements is written sorted and joined by "; ". Checking never raises: it
@@ -140,6 +143,13 @@ class Requirement(_RequirementFields):
         elif self.op == ">=":
             ok = _at_least(have, self.value)
         else:
+            from .archs import NO_GPU
+
+            if have == NO_GPU:
+                # Nothing here runs GPU code: a host library loads and its CPU paths run, and
+                # bare GPU code is the file a build machine makes (a GPU-less process cannot
+                # put it on a device). Unknown (None) is not none: a driver that failed.
+                return None
             bad = _not_devices(have)
             if bad:
                 return f"{self}: {self.name} = {have} does not name GPU devices ({bad})"
