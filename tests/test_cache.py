@@ -470,3 +470,16 @@ def _as(doc: dict) -> object:
     from abicache.core.key import Inputs
 
     return Inputs.make(**doc)
+
+
+def test_the_eviction_after_a_build_never_takes_the_entry_just_built(tmp_path: Path) -> None:
+    """Its folder's mtime is not a safe clock: a stamp written into the entry built before it
+    (at this build's publish) makes that one newer, and under load the tick is the same. The
+    CI run that found it evicted the newest of twelve entries."""
+    from abicache.store import gc
+
+    cache = Cache(tmp_path / "s", remote=False)
+    arts = [cache.get_or_build("t", f"k{n}", {"extra": {"n": n}}, writer({"f": "x" * 1000})) for n in range(3)]
+    os.utime(arts[-1].path, (1, 1))  # the newest looks the oldest
+    gc.collect_garbage(cache.store, max_size=0, spare=arts[-1].path)
+    assert [a.path.exists() for a in arts] == [False, False, True]

@@ -594,3 +594,315 @@ def test_entries_recorded_before_the_observer_are_not_taken(tmp_path: Path) -> N
         assert ("record", steer.RECORD) in plan.inputs.extra
     auto = cc.library_plan("x", ['extern "C" int f() { return 1; }'])
     assert auto.inputs == cc.library_plan("x", ['extern "C" int f() { return 1; }'], lang="c++").inputs
+
+
+# ---- a trace is trusted only when it is complete -----------------------------------------------
+
+VALUED = 'extern "C" int f() { return VALUE; }\n'
+
+#: a compiler wrapper, statically linked: it reads VALUE from a file and runs c++ with -DVALUE=...
+STATIC_WRAPPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  char value[32] = "0", define[64];
+  FILE* f = fopen(VALUE_FILE, "r");
+  if (f) { if (!fgets(value, sizeof value, f)) value[0] = 0; fclose(f); }
+  value[strcspn(value, "\n")] = 0;
+  snprintf(define, sizeof define, "-DVALUE=%s", value);
+  char** args = calloc(argc + 2, sizeof *args);
+  args[0] = "c++"; args[1] = define;
+  for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+  execvp("c++", args);
+  return 127;
+}
+"""
+
+#: a wrapper that clears LD_PRELOAD (hermetic and setuid launchers do) before it reads and runs anything
+DROPPING_WRAPPER = """#!/bin/sh
+unset LD_PRELOAD
+exec c++ -DVALUE="$(cat "{value}")" "$@"
+"""
+
+
+def _static_wrapper(tmp_path: Path, value_file: Path) -> Path:
+    src = write(tmp_path / "wrapper.c", STATIC_WRAPPER)
+    exe = tmp_path / "static-cxx"
+    made = subprocess.run(["cc", "-static", "-O2", f'-DVALUE_FILE="{value_file}"', str(src), "-o", str(exe)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot link a static program here (libc.a): {made.stderr.strip()[-200:]}")
+    return exe
+
+
+def _dropping_wrapper(tmp_path: Path, value_file: Path) -> Path:
+    exe = write(tmp_path / "dropping-cxx", DROPPING_WRAPPER.format(value=value_file))
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.parametrize("make", [_static_wrapper, _dropping_wrapper], ids=["static", "drops-preload"])
+def test_a_program_that_runs_unobserved_leaves_the_build_uncached_in_a_new_process(make, tmp_path: Path) -> None:
+    """A statically linked wrapper, or one that clears LD_PRELOAD, reads a file the preload never
+    sees; the c++ it runs reported, and the trace was taken for complete: stale for ever."""
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    value = write(tmp_path / "value.txt", "1\n")
+    env = {"CXX": str(make(tmp_path, value))}
+    store = tmp_path / "store"
+    first = fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)
+    assert first["value"] == 1
+    assert any("not cached" in w and "ran unobserved" in w for w in first["warnings"]), first["warnings"]
+    write(value, "2\n")
+    second = fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)
+    assert (second["value"], second["origin"]) == (2, "built")
+
+
+@pytest.mark.parametrize("make", [_static_wrapper, _dropping_wrapper], ids=["static", "drops-preload"])
+def test_a_program_that_runs_unobserved_is_not_served_in_one_process(make, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    value = write(tmp_path / "value.txt", "1\n")
+    monkeypatch.setenv("CXX", str(make(tmp_path, value)))
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(tmp_path / "store")
+    with pytest.warns(AbicacheWarning, match="ran unobserved"):
+        assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    write(value, "2\n")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+
+
+# ---- a rebuild returns what it built -----------------------------------------------------------
+
+#: a compiler wrapper with its value inside: two builds of it differ in one constant, not in size
+VALUE_WRAPPER = r"""
+#include <stdlib.h>
+#include <unistd.h>
+static const char define[] = "-DVALUE=" VALUE;
+int main(int argc, char** argv) {
+  char** args = calloc(argc + 2, sizeof *args);
+  args[0] = "c++"; args[1] = (char*)define;
+  for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+  execvp("c++", args);
+  return 127;
+}
+"""
+
+
+def _value_wrapper(tmp_path: Path, value: int) -> bytes:
+    src = write(tmp_path / "vw.c", VALUE_WRAPPER)
+    out = tmp_path / f"vw-{value}"
+    subprocess.run(["cc", "-O2", f'-DVALUE="{value}"', str(src), "-o", str(out)], check=True)
+    return out.read_bytes()
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> None:
+    """Same inode, same size, the mtime set back (cp -p, touch -r): only the change time moves."""
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_a_tool_rewritten_in_place_with_its_mtime_set_back_is_the_new_tool(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool's hash came from a memo kept by size, mtime and inode: the rebuild ran the new
+    tool, recorded the old one's hash, and publishing handed back the old library, every time."""
+    one, two = _value_wrapper(tmp_path, 1), _value_wrapper(tmp_path, 2)
+    assert len(one) == len(two) and one != two
+    tool = tmp_path / "cxx-wrapper"
+    tool.write_bytes(one)
+    tool.chmod(0o755)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    env, store = {"CXX": str(tool)}, tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+    _rewrite_in_place(tool, two)
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+    # and in one process
+    monkeypatch.setenv("CXX", str(tool))
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(store)
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+    _rewrite_in_place(tool, one)
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+
+
+def test_a_rebuild_that_makes_other_bytes_returns_them_and_says_so(tmp_path: Path) -> None:
+    """A record that misses what changed (the tool memo above did: the old tool's hash for the
+    new tool) gives the rebuild the published variant's id: the entry there was kept and returned
+    in place of the bytes just built, on every build from then on."""
+    import hashlib
+
+    from abicache.core.cache import BuildResult
+    from abicache.store.manifest import Dependency
+
+    tool = write(tmp_path / "tool", "version 1\n")
+    stale = hashlib.sha256(tool.read_bytes()).hexdigest()  # what the record keeps saying
+
+    def build(out: Path) -> BuildResult:
+        (out / "lib.so").write_bytes(b"made by " + tool.read_bytes())
+        return BuildResult(deps=[Dependency("abs", str(tool), stale)])
+
+    first = Cache(tmp_path / "store").get_or_build("test.tool", "lib", {"extra": {}}, build)
+    assert first.file().read_bytes() == b"made by version 1\n"
+    write(tool, "version 2\n")  # the lookup sees it: a miss, and a rebuild with the same record
+    with pytest.warns(AbicacheWarning, match="made other bytes"):
+        second = Cache(tmp_path / "store").get_or_build("test.tool", "lib", {"extra": {}}, build)
+    assert second.file().read_bytes() == b"made by version 2\n" and second.origin == "built"
+    assert second.manifest.variant == first.manifest.variant
+    events = Cache(tmp_path / "store").store.read_events("disagreements")
+    assert len(events) == 1 and json.loads(events[0])["name"] == "lib"
+
+
+def test_a_program_run_through_a_retargeted_link_is_the_new_program(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """$CXX is a link to a compiler wrapper; retargeting the link runs another wrapper. The
+    program was recorded by where the link led (/proc/self/exe), which did not change."""
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for value in (1, 2):
+        (bins / f"cxx-{value}").write_bytes(_value_wrapper(tmp_path, value))
+        (bins / f"cxx-{value}").chmod(0o755)
+    os.symlink("cxx-1", bins / "c++")
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    env, store = {"CXX": str(bins / "c++")}, tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+
+    def retarget(to: str) -> None:
+        os.symlink(to, bins / "c++.new")
+        os.replace(bins / "c++.new", bins / "c++")
+
+    retarget("cxx-2")
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+    monkeypatch.setenv("CXX", str(bins / "c++"))
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(store)
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+    retarget("cxx-1")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+
+
+def test_a_sub_tool_run_through_a_retargeted_link_is_the_new_tool(tmp_path: Path) -> None:
+    """A wrapper runs `cc1-helper` found in PATH, a link; retargeting it runs another helper."""
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for value in (1, 2):
+        (bins / f"helper-{value}").write_bytes(_value_wrapper(tmp_path, value))
+        (bins / f"helper-{value}").chmod(0o755)
+    os.symlink("helper-1", bins / "helper")
+    runner = write(tmp_path / "runner.sh", '#!/bin/sh\nexec helper "$@"\n')  # found in PATH by the shell
+    runner.chmod(0o755)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    env = {"CXX": str(runner), "PATH": f"{bins}:{os.environ['PATH']}"}
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    os.symlink("helper-2", bins / "helper.new")
+    os.replace(bins / "helper.new", bins / "helper")
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+
+
+@pytest.fixture(params=["/opt", "/usr/share"])
+def system_folder(request: pytest.FixtureRequest) -> Path:
+    """A folder of ours where package managers and vendors put headers (needs root to make)."""
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="abicache-test-", dir=request.param))
+    except OSError as exc:
+        pytest.skip(f"cannot make a folder in {request.param} ({exc.strerror}): needs root")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_place(path: Path, text: str) -> None:
+    """As `cat > file` and `cp other file` write: the same inode, truncated and written."""
+    ino = path.stat().st_ino
+    with open(path, "w") as f:
+        f.write(text)
+    assert path.stat().st_ino == ino
+
+
+def test_a_header_rewritten_in_place_in_a_system_folder_is_seen(system_folder: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files there (found outside the project's folders: CPATH here, as the toolchain's own
+    headers are) were witnessed by their folder, which a rewrite in place does not move: the
+    old build was served in a new process and in the same one."""
+    write(system_folder / "v.h", header(1))
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", UNIT)
+    store, env = tmp_path / "store", {"CPATH": str(system_folder)}
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+    _in_place(system_folder / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CPATH", str(system_folder))
+    cache = Cache(store)
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+    _in_place(system_folder / "v.h", header(3))
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 3
+
+
+def test_includes_in_the_environment_steers_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvcc.profile says `INCLUDES += "-I..."`: a user's INCLUDES is nvcc's include path too.
+    It was declared harmless (nvcc sets it for its own tools), and a build was served across it."""
+    from abicache import cuda
+    from abicache.env import probes
+
+    if probes.nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    for value in (1, 2):
+        write(tmp_path / f"h{value}" / "only_here.h", f"#define VALUE {value}2345\n")
+    kernel = '#include "only_here.h"\nextern "C" __global__ void k(int* x) { *x = VALUE; }\n'
+    cache = Cache(tmp_path / "store").for_target({"gpu.arch": "sm_90"})
+
+    def ptx() -> str:
+        return cuda.compile(kernel, arch="sm_90", output="ptx", compiler="nvcc", cache=cache).data.decode()
+
+    monkeypatch.setenv("INCLUDES", f"-I{tmp_path / 'h1'}")
+    assert "12345" in ptx()
+    monkeypatch.setenv("INCLUDES", f"-I{tmp_path / 'h2'}")
+    assert "22345" in ptx()
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_an_edit_through_another_name_is_seen_in_one_process(how: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header is a symbolic link to a file in another folder, or a hard link to one; the
+    edit is made through the other name. A new process saw it; the watch of this one did not
+    (an inotify event goes to the folder of the name written through)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "real.h").write_text(header(1))
+    (tmp_path / "inc").mkdir()
+    if how == "symlink":
+        os.symlink(other / "real.h", tmp_path / "inc" / "v.h")
+    else:
+        os.link(other / "real.h", tmp_path / "inc" / "v.h")
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", UNIT)
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(tmp_path / "store")
+
+    def load() -> int:
+        return cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinc"], cache=cache).f()
+
+    assert load() == 1
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert load() == 1
+    with open(other / "real.h", "w") as f:  # in place, through the other name
+        f.write(header(2))
+    assert load() == 2

@@ -339,7 +339,7 @@ def _fingerprint(sources: Sequence[Source] | Source) -> Any:
         elif hasattr(item, "__fspath__"):
             try:
                 st = os.stat(item)
-                out.append((os.fspath(item), st.st_size, st.st_mtime_ns, st.st_ino))
+                out.append((os.fspath(item), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
             except OSError:
                 out.append((os.fspath(item), None))  # collect_sources reports it
         elif isinstance(item, Mapping):

@@ -83,7 +83,7 @@ def codegen_key(memo_dir: Path | None = None) -> str:
 
     root = triton_root()
     files, tools = _sources(root), _ptxas(root)
-    stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino) for p in files + tools for st in [p.stat()])
+    stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) for p in files + tools for st in [p.stat()])
     return toolid.memoized_by(stamp, f"triton codegen key {root}", lambda: _compute_key(root, files, tools),
                               memo_dir)
 

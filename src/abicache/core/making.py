@@ -102,6 +102,9 @@ class Making:
             if won:
                 return artifact_of(vdir, manifest, origin)
             theirs = self._manifest(vdir)
+            if origin == "built" and theirs is not None and _bytes(theirs) != _bytes(manifest):
+                self._superseded(vdir, theirs, manifest, "the entry there")
+                continue  # a build never hands back bytes other than the ones it made
             if theirs is not None and self.usable(theirs) and self._verified(vdir, theirs, "quick"):
                 return artifact_of(vdir, theirs, origin)
             if theirs is not None and os.path.isdir(vdir):
@@ -121,14 +124,49 @@ class Making:
             return None
         if winner.files == manifest.files:  # a reproducible build: same bytes, keep the signed manifest
             return self._commit(stage, winner, "built")
+        # Another machine built the same inputs at the same time and published first: the fleet
+        # loads one build (its), and the disagreement is recorded.
+        self._disagreement(winner, manifest, "the remote's", say=False)
         got = replicate.download(self.remote, self.store, winner)
         return artifact_of(got.vdir, got.manifest, "remote") if got else None
+
+    def _superseded(self, vdir: Path, theirs: Manifest, ours: Manifest, where: str) -> None:
+        """A variant of the same key and requirements whose files are other bytes than a build
+        made just now: it is replaced by the new build, and the disagreement recorded."""
+        self._disagreement(theirs, ours, where)
+        self.store.remove_tree(vdir)
+
+    def _disagreement(self, theirs: Manifest, ours: Manifest, where: str, say: bool = True) -> None:
+        """Log (log/disagreements.jsonl) and say once: two builds of the same inputs made other
+        bytes, so an input that neither the key nor the record holds changed, or the build is not
+        reproducible (abicache check rebuilds to tell which)."""
+        import json
+        import warnings
+
+        from ..errors import AbicacheWarning
+
+        differ = sorted({f.path for f in theirs.files} ^ {f.path for f in ours.files}
+                        | {f.path for f in ours.files if f not in theirs.files})
+        self.store.log_event("disagreements", json.dumps({
+            "time": time.time(), "kind": ours.kind, "name": ours.name, "key": ours.key, "variant": ours.variant,
+            "where": where, "files": differ}))
+        if not say:
+            return
+        warnings.warn(f"abicache: {ours.kind} {ours.name!r} was built again and made other bytes than {where} "
+                      f"entry of the same inputs and requirements ({', '.join(differ)}): an input abicache does not "
+                      "record changed, or the build is not reproducible. The new build is returned"
+                      f"{' and kept' if where == 'the entry there' else ''}; `abicache check` rebuilds to tell which "
+                      "(log/disagreements.jsonl)", AbicacheWarning, stacklevel=5)
 
     def _default_audit(self, stage: Path, paths: Sequence[str], declared: Requirements,
                        facts: Any) -> tuple[Requirements, dict[str, Any]]:
         from .. import audit  # the ELF reader and abi3info load only when something is built
 
         return audit.detect(stage, paths, declared, facts, memo_dir=self.store.layout.tools)
+
+
+def _bytes(manifest: Manifest) -> list[tuple[str, str, bool]]:
+    return sorted((f.path, f.sha256, f.executable) for f in manifest.files)
 
 
 def refuse_unmet(kind: str, name: str, unmet: Sequence[Any]) -> None:

@@ -129,7 +129,7 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
                               str(out / filename), "-MD", "-MF", str(dfile)], Path(os.getcwd()),
                              f"CUDA {output} {name}",
                              **({"env": session.env, "fds": session.fds} if session else {}))
-                observed = session.result() if session else None
+                observed = session.result([str(nvcc)], os.getcwd()) if session else None
             # the host compiler's system headers are recorded, as for C++ (unless sloppiness says otherwise)
             covered = [*toolkit, *(roots.compiler_dirs(("c++",)) if roots.sloppy_system_headers() else ())]
             read = depfile.read(dfile) if dfile.exists() else None

@@ -23,10 +23,38 @@ def listed(value: Any) -> list[Any]:
     return [value] if isinstance(value, (str, os.PathLike)) else list(value)
 
 
+#: gcc's, clang's and nvcc's options whose value is the next argument ("-I", "DIR")
+SEPARATE = frozenset({
+    "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-isysroot", "-D", "-U", "-L", "-l", "-o",
+    "-x", "-MF", "-MT", "-MQ", "-T", "-u", "-z", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-Xclang",
+    "-Xcompiler", "-Xptxas", "-Xnvlink", "-Xarchive", "-ccbin", "--compiler-bindir", "-gencode", "--generate-code",
+    "-arch", "--gpu-architecture", "-code", "--gpu-code", "--compiler-options", "--linker-options",
+    "--ptxas-options", "--nvlink-options", "--options-file", "-maxrregcount", "--maxrregcount", "-t", "--threads",
+})
+
+
 def lenient(flags: Any) -> tuple[str, ...]:
-    """Flags as cpp_extension takes them: each stripped, and split as the shell
-    that runs ninja's command splits it ("-O2\\n", " -g ", "-O2 -g")."""
-    return tuple(word for flag in listed(flags) for word in shell_words(str(flag)))
+    """Flags as cpp_extension takes them, each stripped: an element that is a list of options
+    is split as the shell that runs ninja's command splits it ("-O2\\n", " -g ", "-O3 -g",
+    "-I dir"); any other element is one argument, as the compiler takes it, space and all
+    (["-I", "/path/sp ace"], "-DNAME=a b", "-I/path/sp ace"), where torch's shell would break it."""
+    out: list[str] = []
+    for flag in listed(flags):
+        text, words = str(flag), shell_words(str(flag))
+        whole = text.strip(SHELL_BLANKS)
+        if len(words) > 1 and (out and out[-1] in SEPARATE or not _options(words)):
+            out.append(whole)  # one argument: the value of the option before it, or a path or define with a space
+        else:
+            out.extend(words)
+    return tuple(out)
+
+
+SHELL_BLANKS = " \t\r\n"  # what shlex splits at and strips
+
+
+def _options(words: Sequence[str]) -> bool:
+    """Whether each word is an option or the value of the option before it ("-I dir")."""
+    return all(w.startswith("-") or (i > 0 and words[i - 1] in SEPARATE) for i, w in enumerate(words))
 
 
 #: TORCH_CUDA_ARCH_LIST's names for architectures, as cpp_extension reads them

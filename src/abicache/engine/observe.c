@@ -12,7 +12,17 @@
  *   s PATH   found by stat or access
  *   m PATH   looked for and not there (ENOENT, ENOTDIR)
  *   e NAME   environment variable read
- *   x PATH   the program of this process
+ *   x PID:PATH   the program of this process (from its start)
+ *   R PID:       this process was started by abicache (ABICACHE_TRACE_PARENT)
+ *   X PID:PATH   this process is about to exec PATH (where it is found: found() below)
+ *   F PID:       that exec failed: the process goes on as it was
+ *   S PID:PATH   this process spawned PID to run PATH (posix_spawn)
+ *   U PATH       a program run where the observer cannot follow (system() or
+ *                popen() with LD_PRELOAD or ABICACHE_TRACE_FD gone)
+ * So every process the build started is named by its parent, whether or not it
+ * reports itself: one that runs without the observer (statically linked, setuid,
+ * LD_PRELOAD cleared, a loader that refused the library) leaves an exec with no
+ * start after it, and the trace is known to be incomplete (observe.py parse()).
  * Paths are made absolute (the working directory, or a dirfd's folder, before
  * them) and never normalized: '..' is resolved by whoever reads them, through
  * the links the kernel follows. Without ABICACHE_TRACE_FD the library does
@@ -22,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +42,7 @@
 
 extern char **environ;
 static int trace_fd = -1;
+static long trace_parent = -1;
 
 #define RECORD_MAX (2 * PATH_MAX + 8)
 
@@ -63,22 +75,44 @@ static void put(char kind, int dirfd, const char *path) {
     errno = saved;
 }
 
+/* A record about a process: kind, its pid, ':', then the path as given (not made absolute:
+ * execvp's name is looked up in PATH). One write, as put()'s. */
+static void put_pid(char kind, long pid, const char *path) {
+    if (trace_fd < 0) return;
+    int saved = errno;
+    char line[RECORD_MAX];
+    int n = snprintf(line, sizeof line, "%c%ld:", kind, pid);
+    size_t len = path ? strnlen(path, PATH_MAX) : 0;
+    if (n < 0 || (size_t)n + len + 1 > sizeof line) { errno = saved; return; }
+    memcpy(line + n, path ? path : "", len);
+    line[n + len] = '\0';
+    ssize_t done = write(trace_fd, line, (size_t)n + len + 1);
+    (void)done;
+    errno = saved;
+}
+
 static void outcome(int ok, int dirfd, const char *path, char hit) {
     if (ok) put(hit, dirfd, path);
     else if (errno == ENOENT || errno == ENOTDIR) put('m', dirfd, path);
 }
 
+static const char fd_name[] = "ABICACHE_TRACE_FD=";
+static const char parent_name[] = "ABICACHE_TRACE_PARENT=";
+
 __attribute__((constructor)) static void start(void) {
-    static const char name[] = "ABICACHE_TRACE_FD=";
     for (char **e = environ; e && *e; e++) {  /* not getenv: that is wrapped */
-        if (strncmp(*e, name, sizeof name - 1) == 0) {
-            int fd = atoi(*e + sizeof name - 1);
+        if (strncmp(*e, fd_name, sizeof fd_name - 1) == 0) {
+            int fd = atoi(*e + sizeof fd_name - 1);
             if (fd > 2 && fcntl(fd, F_GETFD) != -1) trace_fd = fd;
+        } else if (strncmp(*e, parent_name, sizeof parent_name - 1) == 0) {
+            trace_parent = atol(*e + sizeof parent_name - 1);
         }
     }
     char exe[PATH_MAX];
     ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (got > 0) { exe[got] = '\0'; put('x', AT_FDCWD, exe); }
+    long pid = (long)getpid();
+    if (got > 0) { exe[got] = '\0'; put_pid('x', pid, exe); }
+    if (trace_parent > 0 && (long)getppid() == trace_parent) put_pid('R', pid, NULL);
 }
 
 #define REAL(name) \
@@ -189,4 +223,118 @@ char *secure_getenv(const char *name) {
     REAL(secure_getenv);
     put('e', AT_FDCWD, name);
     return real(name);
+}
+
+/* ---- every process started is named by the one that starts it ---- */
+
+static int preloaded(char *const envp[]) {
+    /* Whether a child with this environment loads the observer and finds its descriptor
+     * (as far as the variables say: the loader may still refuse, which the missing start shows). */
+    int fd = 0, preload = 0;
+    for (char *const *e = envp; e && *e; e++) {
+        if (strncmp(*e, fd_name, sizeof fd_name - 1) == 0) fd = 1;
+        else if (strncmp(*e, "LD_PRELOAD=", 11) == 0 && strstr(*e, "libabicache_observe") != NULL) preload = 1;
+    }
+    return fd && preload;
+}
+
+/* The program as the exec will find it, by the path it is found at (not where its links lead:
+ * a retargeted link is another program): made absolute, and a name without a slash looked up
+ * in PATH as execvp does, through the wrapped access(), so the places tried and not found are
+ * recorded too (a program put earlier in PATH is another program). */
+static const char *found(const char *file, int search, char *out, size_t size) {
+    if (file == NULL || file[0] == '/') return file;
+    if (strchr(file, '/') != NULL || !search) {
+        if (getcwd(out, size) == NULL || strlen(out) + strlen(file) + 2 > size) return file;
+        strcat(out, "/");
+        strcat(out, file);
+        return out;
+    }
+    const char *path = "/bin:/usr/bin";  /* execvp's default */
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+    for (const char *dir = path;; dir++) {
+        const char *end = strchrnul(dir, ':');
+        size_t len = (size_t)(end - dir);
+        if (len + strlen(file) + 2 <= size) {
+            memcpy(out, len ? dir : ".", len ? len : 1);
+            size_t n = len ? len : 1;
+            out[n] = '/';
+            strcpy(out + n + 1, file);
+            if (access(out, X_OK) == 0) return out;
+        }
+        if (*end == '\0') return file;
+        dir = end;
+    }
+}
+
+#define EXEC_BEFORE(path, search) \
+    char where_[PATH_MAX]; put_pid('X', (long)getpid(), found((path), (search), where_, sizeof where_))
+#define EXEC_FAILED() put_pid('F', (long)getpid(), NULL)
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+    REAL(execve); EXEC_BEFORE(path, 0); int rc = real(path, argv, envp); EXEC_FAILED(); return rc; }
+int execv(const char *path, char *const argv[]) {
+    REAL(execv); EXEC_BEFORE(path, 0); int rc = real(path, argv); EXEC_FAILED(); return rc; }
+int execvp(const char *file, char *const argv[]) {
+    REAL(execvp); EXEC_BEFORE(file, 1); int rc = real(file, argv); EXEC_FAILED(); return rc; }
+int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    REAL(execvpe); EXEC_BEFORE(file, 1); int rc = real(file, argv, envp); EXEC_FAILED(); return rc; }
+int fexecve(int fd, char *const argv[], char *const envp[]) {
+    REAL(fexecve); char link[64]; snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    EXEC_BEFORE(link, 0); int rc = real(fd, argv, envp); EXEC_FAILED(); return rc; }
+int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) {
+    REAL(execveat); EXEC_BEFORE(path, 0); int rc = real(dirfd, path, argv, envp, flags); EXEC_FAILED(); return rc; }
+
+/* execl, execlp and execle call glibc's inner execve, which no preload sees: their
+ * arguments are gathered here (counted first: all of them, however many) and passed on
+ * to the wrapped execve and execvp. */
+static size_t counted(va_list ap) {
+    size_t n = 1;  /* the first argument, named */
+    while (va_arg(ap, char *) != NULL) n++;
+    return n;
+}
+
+static void gathered(char **args, size_t n, const char *first, va_list ap) {
+    args[0] = (char *)first;
+    for (size_t i = 1; i < n; i++) args[i] = va_arg(ap, char *);
+    args[n] = NULL;
+    (void)va_arg(ap, char *);  /* the NULL: what follows it is execle's environment */
+}
+
+#define ARGS(first, ap, args) \
+    va_list ap; va_start(ap, first); size_t n_ = counted(ap); va_end(ap); \
+    char **args = __builtin_alloca((n_ + 1) * sizeof(char *)); \
+    va_start(ap, first); gathered(args, n_, first, ap)
+
+int execl(const char *path, const char *arg, ...) {
+    ARGS(arg, ap, args); va_end(ap); return execve(path, args, environ); }
+int execlp(const char *file, const char *arg, ...) {
+    ARGS(arg, ap, args); va_end(ap); return execvp(file, args); }
+int execle(const char *path, const char *arg, ...) {
+    ARGS(arg, ap, args); char *const *env = va_arg(ap, char *const *); va_end(ap); return execve(path, args, env); }
+
+#define SPAWN(name, search) \
+    int name(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions, \
+             const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) { \
+        REAL(name); pid_t child = 0; char where[PATH_MAX]; \
+        const char *as_found = found(path, (search), where, sizeof where); \
+        int rc = real(&child, path, actions, attr, argv, envp); \
+        if (rc == 0) put_pid('S', (long)child, as_found); \
+        if (pid) { *pid = child; } \
+        return rc; }
+SPAWN(posix_spawn, 0)
+SPAWN(posix_spawnp, 1)
+
+/* system() and popen() run /bin/sh through glibc's inner spawn: the shell names itself when
+ * it starts; what the observer can tell here is only that it will not. */
+int system(const char *command) {
+    REAL(system);
+    if (command && !preloaded(environ)) put('U', AT_FDCWD, "/bin/sh");
+    return real(command);
+}
+FILE *popen(const char *command, const char *mode) {
+    REAL(popen);
+    if (!preloaded(environ)) put('U', AT_FDCWD, "/bin/sh");
+    return real(command, mode);
 }

@@ -8,8 +8,14 @@ first and not found (a header that would shadow the one used, a
 `__has_include` probe). observe.c, preloaded into the compiler driver and
 every tool it runs, reports all of it (at about 0-4% of a compile's time,
 measured when it was written). It is compiled once per store with the C compiler (tools/observe-*),
-and used wherever it loads: a tool that it cannot reach (a static binary)
-leaves only its depfile, which the engine records as before.
+and used wherever it loads.
+
+A trace is whole only if every process of the build reported: each process
+is named by the one that starts it (an exec, a spawn) and names itself when it
+starts, and the command's own program says it was started by abicache. A
+process the observer cannot enter (statically linked, setuid, a wrapper that
+clears LD_PRELOAD) is an exec with no start after it: the trace is incomplete
+(Observed.unobserved names it), and the engine does not cache what it built.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 SOURCE = Path(__file__).with_name("observe.c")
 LIBRARY = "libabicache_observe.so"
 FD_VARIABLE = "ABICACHE_TRACE_FD"
+PARENT_VARIABLE = "ABICACHE_TRACE_PARENT"  # this process's pid: the command's own program reports it
 
 
 class Observed(NamedTuple):
@@ -33,22 +40,54 @@ class Observed(NamedTuple):
     found: frozenset[str]  # found by stat or access
     missing: frozenset[str]  # looked for, not there
     env: frozenset[str]  # variables read
-    programs: frozenset[str]  # the programs that ran
+    programs: frozenset[str]  # the programs that ran (and reported)
+    unobserved: frozenset[str] = frozenset()  # programs that ran and did not report, as they were named
+    rooted: bool = False  # the command's own program reported
 
     @property
     def complete(self) -> bool:
-        """Whether the command's own program reported (the library loaded there)."""
-        return bool(self.programs)
+        """Whether every process of the command reported: its own program, and every one
+        that a process of it started."""
+        return self.rooted and not self.unobserved
+
+
+#: the command's own program, where it never reported (named so in Observed.unobserved)
+COMMAND = "the command's own program"
 
 
 def parse(data: bytes) -> Observed:
-    sets: dict[str, set[str]] = {k: set() for k in "rsmex"}
+    sets: dict[str, set[str]] = {k: set() for k in "rsmexU"}
+    pending: dict[bytes, bytes] = {}  # pid -> the program it is about to exec
+    spawned: dict[bytes, bytes] = {}  # pid -> the program it was spawned to run
+    started: set[bytes] = set()  # pids that reported a start
+    rooted = False
     for record in data.split(b"\0"):
-        if len(record) > 1:
-            kind = chr(record[0])
-            if kind in sets:
-                sets[kind].add(os.fsdecode(record[1:]))
-    return Observed(*(frozenset(sets[k]) for k in "rsmex"))
+        if len(record) < 2:
+            continue
+        kind = chr(record[0])
+        if kind in "xXFSR":
+            pid, _, path = record[1:].partition(b":")
+            if kind == "x":
+                started.add(pid)
+                execd = pending.pop(pid, None)
+                sets["x"].add(os.fsdecode(path))  # where the program is (links resolved) ...
+                if execd and execd.startswith(b"/"):
+                    sets["x"].add(os.fsdecode(execd))  # ... and where it was found: a link retargeted moves it
+            elif kind == "X":
+                pending[pid] = path
+            elif kind == "F":
+                pending.pop(pid, None)
+            elif kind == "S":
+                spawned[pid] = path
+            else:
+                rooted = True
+        elif kind in sets:
+            sets[kind].add(os.fsdecode(record[1:]))
+    # a spawned process may report before its parent names it: matched over the whole trace
+    lost = [*pending.values(), *(path for pid, path in spawned.items() if pid not in started)]
+    sets["x"].update(os.fsdecode(path) for pid, path in spawned.items() if pid in started and path.startswith(b"/"))
+    unobserved = frozenset({os.fsdecode(p) for p in lost} | sets["U"] | (set() if rooted else {COMMAND}))
+    return Observed(*(frozenset(sets[k]) for k in "rsmex"), unobserved, rooted)
 
 
 class Session(NamedTuple):
@@ -59,11 +98,97 @@ class Session(NamedTuple):
     fds: tuple[int, ...]
     log: Path
 
-    def result(self) -> Observed:
+    def result(self, command: Sequence[str] = (), cwd: str = "") -> Observed:
+        """What the command did. command (and the folder it ran in): its own program, which
+        abicache started, is checked here as the observer checks every later one by its exec;
+        one the observer cannot enter makes the trace incomplete, whatever it ran after."""
         try:
-            return parse(self.log.read_bytes())
+            seen = parse(self.log.read_bytes())
         except OSError:
-            return Observed(frozenset(), frozenset(), frozenset(), frozenset(), frozenset())
+            seen = Observed(frozenset(), frozenset(), frozenset(), frozenset(), frozenset(), frozenset({COMMAND}))
+        if not command:
+            return seen
+        why = unobservable(command[0], cwd)
+        if why:
+            return seen._replace(unobserved=seen.unobserved | {why})
+        at = _found(command[0], cwd)  # the command's program where it was found, links and all
+        return seen._replace(programs=seen.programs | {at}) if at and seen.rooted else seen
+
+
+def _found(program: str, cwd: str) -> str | None:
+    """Where a command's program is found (PATH, or the folder it runs in), not resolved."""
+    import shutil
+
+    path = program if "/" in program else shutil.which(program)
+    if path is None:
+        return None  # not found: the command fails, and says so
+    return os.path.join(cwd, path) if cwd and not os.path.isabs(path) else path
+
+
+def unobservable(program: str, cwd: str = "") -> str | None:
+    """The program as it would run, named with why the preload cannot enter it (statically
+    linked, setuid or setgid, file capabilities: the loader's secure mode), or None. A script
+    is judged by its interpreter."""
+    path = _found(program, cwd)
+    if path is None:
+        return None
+    for _ in range(4):  # a script's interpreter, and its interpreter (env, then the real one)
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError:
+            return None
+        if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            return f"{path} (setuid or setgid)"
+        if _has_capabilities(path):
+            return f"{path} (file capabilities)"
+        if head.startswith(b"#!"):
+            words = head[2:].split(b"\n", 1)[0].split()
+            if not words:
+                return None
+            path = os.fsdecode(words[0])
+            continue
+        return f"{path} (statically linked)" if _static_elf(path, head) else None
+    return None
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        return bool(os.getxattr(path, "security.capability"))
+    except OSError:
+        return False
+
+
+def _static_elf(path: str, head: bytes) -> bool:
+    """An ELF executable without a program interpreter (PT_INTERP): the loader never runs, nor
+    LD_PRELOAD. Read from its program headers (the first 4 KiB, where linkers put them)."""
+    import struct
+
+    if head[:4] != b"\x7fELF" or len(head) < 64:
+        return False
+    wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+    if wide:
+        phoff, = struct.unpack_from(order + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(order + "HH", head, 54)
+    else:
+        phoff, = struct.unpack_from(order + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(order + "HH", head, 42)
+    if phoff + phentsize * phnum > len(head):
+        try:
+            with open(path, "rb") as f:
+                f.seek(phoff)
+                table = f.read(phentsize * phnum)
+        except OSError:
+            return False
+        phoff = 0
+    else:
+        table = head
+    try:
+        types = [struct.unpack_from(order + "I", table, phoff + i * phentsize)[0] for i in range(phnum)]
+    except struct.error:
+        return False  # cut short: not a program the loader runs either
+    return 3 not in types  # PT_INTERP
 
 
 @contextmanager
@@ -80,7 +205,8 @@ def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
-        yield Session({"LD_PRELOAD": preload, FD_VARIABLE: str(fd), "TMPDIR": str(tmp)}, (fd,), log)
+        yield Session({"LD_PRELOAD": preload, FD_VARIABLE: str(fd), PARENT_VARIABLE: str(os.getpid()),
+                       "TMPDIR": str(tmp)}, (fd,), log)
     finally:
         os.close(fd)
 
@@ -272,4 +398,4 @@ def _loads(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
-    return parse(probe.read_bytes()).complete
+    return bool(parse(probe.read_bytes()).programs)

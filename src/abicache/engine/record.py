@@ -16,7 +16,9 @@ records (observe.py) and the compiler's dependency file together.
 
 Without the observer the dependency file alone gives the files read (the
 preprocessor's); with neither, nothing is known of what the compiler read,
-and the entry is recorded so that no later lookup takes it (NOT_CACHED).
+and the entry is recorded so that no later lookup takes it (NOT_CACHED). So
+is one whose trace is incomplete: a process of the build ran where the
+observer could not follow (observe.Observed.unobserved), and its reads are unknown.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     build would read again (the scratch folder, the store)."""
     own = {f.path for f in tree.files if f.path}
     outside = roots.Within([*covered, *skip, *_PSEUDO])
-    seen = observed is not None and observed.complete
+    if observed is not None and not observed.complete:
+        return Record([_never(_unobserved(observed))], [], [], [])
+    seen = observed is not None
     if not seen and depfile is None:
         return Record([_never(f"{tree.files[0].name}: the compiler wrote no dependency file and could not be "
                               "watched, so what it read is unknown")], [], [], [])
@@ -110,6 +114,13 @@ def _split(files: list[str], programs: list[str], bases: Mapping[str, str],
         names = [n for n, _ in entries]
         system.append(System(folder, "\n".join(names), system_digest(names, [sha for _, sha in entries])))
     return deps, system
+
+
+def _unobserved(observed: Observed) -> str:
+    """Why a build whose trace is incomplete is not cached: the programs that ran unobserved."""
+    names = ", ".join(sorted(observed.unobserved))
+    return (f"{names} ran unobserved (statically linked, setuid, or with LD_PRELOAD cleared), so what it read "
+            "is unknown; ABICACHE_OBSERVE=0 caches by the compiler's dependency files alone")
 
 
 def _regular(path: str) -> bool:

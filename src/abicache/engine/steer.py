@@ -28,25 +28,33 @@ ENVIRONMENT = (
     "LIBRARY_PATH", "LPATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "GCC_COMPARE_DEBUG",
     "CCC_OVERRIDE_OPTIONS", "LD_RUN_PATH", "GNUTARGET", "LDEMULATION",
     "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CUDAHOSTCXX",
+    # nvcc.profile appends its own to these ("INCLUDES += ..."): set in the environment, they steer nvcc
+    "INCLUDES", "SYSTEM_INCLUDES", "LIBRARIES",
+    # GNU getopt (ld, as, every binutils tool): options after the first file are taken for files
+    "POSIXLY_CORRECT",
 )
 #: steer nvcc only: not in the key of a build that runs no nvcc (no needless rebuild)
-NVCC_ONLY = frozenset({"NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CUDAHOSTCXX"})
+NVCC_ONLY = frozenset({"NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CUDAHOSTCXX", "INCLUDES",
+                       "SYSTEM_INCLUDES", "LIBRARIES"})
 #: read by frontends to make flags (TORCH_CUDA_ARCH_LIST -> nvcc's -gencode, in the key
 #: as flags): in-process memos must see them change, keys see their effect
 FLAG_SOURCES = ("TORCH_CUDA_ARCH_LIST", "CC", "PYTORCH_NVCC")
 
 #: read by the tools without changing their output: temporary folders, the
 #: terminal and diagnostics, the driver's messages to its own children, make's
-#: job server, and the working directory (mapped away by -ffile-prefix-map)
+#: job server, and the working directory (mapped away by -ffile-prefix-map).
+#: Not here, though each looked harmless once: POSIXLY_CORRECT (binutils' option
+#: parsing), and nvcc.profile's INCLUDES and LIBRARIES (a value set in the
+#: environment is added to nvcc's search paths: measured, tests/test_fidelity.py).
 HARMLESS = frozenset({
     "TMPDIR", "TMP", "TEMP", "TERM", "COLUMNS", "LINES", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PWD",
     "COLLECT_GCC", "COLLECT_GCC_OPTIONS", "COLLECT_LTO_WRAPPER", "COLLECT_NO_DEMANGLE", "COLLECT_VERBOSE",
     "GCC_COLORS", "GCC_URLS", "TERM_URLS", "GCC_EXTRA_DIAGNOSTIC_OUTPUT", "LIBCTF_DEBUG",
     "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "CC_PRINT_OPTIONS", "CC_PRINT_HEADERS", "CC_LOG_DIAGNOSTICS",
-    "LD_PRELOAD", "ABICACHE_TRACE_FD", "PATH", "HOME", "USER", "LOGNAME", "SHELL", "POSIXLY_CORRECT",
+    "LD_PRELOAD", "ABICACHE_TRACE_FD", "PATH", "HOME", "USER", "LOGNAME", "SHELL",
     "LANGUAGE", "LC_MESSAGES", "NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE",
-    # nvcc sets these itself, from nvcc.profile, for the tools it runs
-    "_HERE_", "_THERE_", "_TARGET_SIZE_", "_TARGET_DIR_", "TOP", "INCLUDES", "LIBRARIES", "CUDAFE_FLAGS_INTERNAL",
+    # nvcc sets these itself, from nvcc.profile, for the tools it runs (TOP with "=", which overrides)
+    "_HERE_", "_THERE_", "_TARGET_SIZE_", "_TARGET_DIR_", "TOP", "CUDAFE_FLAGS_INTERNAL",
 })
 
 def environment() -> tuple[tuple[str, str], ...]:

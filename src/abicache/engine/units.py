@@ -162,7 +162,7 @@ def _link(job: Job, inputs: list[str], ctx: _Context, out: Path, run: Runner) ->
     argv = link_command(job, inputs, str(out / job.output))
     with observe.watching(ctx.observer, ctx.scratch) as session:
         run(argv, Path(os.getcwd()), job.what, **_watched(session))
-        observed = session.result() if session else None
+        observed = session.result(argv, os.getcwd()) if session else None
     _write_back(out / job.output)
     # a link writes no depfile: unwatched, it records nothing, as before (its inputs are flags in the key)
     return record.of(observed, [], os.getcwd(), job.tree, ctx.covered(), ctx.skip, ctx.tools)
@@ -384,7 +384,7 @@ def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[st
         with observe.watching(ctx.observer, ctx.scratch) as session:
             run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what,
                 **_watched(session))
-            observed = session.result() if session else None
+            observed = session.result(argv, cwd) if session else None
         read = depfile.read(dfile) if dfile.exists() else None
         rec = record.of(observed, read, cwd, job.tree, ctx.covered(), ctx.skip, ctx.tools)
         files = [depcheck.resolve(d, job.tree.bases) for d in rec.deps]

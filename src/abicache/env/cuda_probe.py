@@ -87,7 +87,7 @@ def _seen() -> tuple[object, ...] | None:
         cache = os.stat(_LD_CACHE)
     except OSError:
         return None
-    return (boot, module, tuple(gpus), tuple(nodes), (cache.st_ino, cache.st_mtime_ns),
+    return (boot, module, tuple(gpus), tuple(nodes), (cache.st_ino, cache.st_mtime_ns, cache.st_ctime_ns),
             tuple(os.environ.get(name) for name in _CHOOSING))
 
 

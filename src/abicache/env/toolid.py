@@ -80,9 +80,11 @@ def run_tool(argv: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def _stamp(path: Path) -> tuple[int, int, int]:
+def _stamp(path: Path) -> tuple[int, int, int, int]:
+    """What a memo of the file is kept by. The change time too: a rewrite in place with the same
+    size and its mtime set back (cp -p, touch -r, a package's files) moves only that."""
     st = path.stat()
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 def memoized(

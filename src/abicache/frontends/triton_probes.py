@@ -82,7 +82,7 @@ def _python_stamp(args: tuple, kwargs: dict) -> tuple[Any, ...] | None:
         return None
     st = os.stat(sys.executable)
     uname = os.uname()
-    return (sys.executable, st.st_size, st.st_mtime_ns, st.st_ino, uname.machine, uname.sysname)
+    return (sys.executable, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, uname.machine, uname.sysname)
 
 
 def _ptxas_stamp(args: tuple, kwargs: dict, root: Path) -> tuple[Any, ...] | None:
@@ -100,4 +100,4 @@ def _stat(path: str) -> tuple[Any, ...]:
         st = os.stat(path)
     except OSError:
         return (path, "absent")
-    return (path, st.st_size, st.st_mtime_ns, st.st_ino)
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)

@@ -139,17 +139,15 @@ def _exists(path: str) -> bool:
 def system_changed(system: Sequence[System], remembered: Mapping[str, Sequence[int]],
                    current: dict[str, Witness], seen: int) -> Dependency | None:
     """The first system group whose files changed (as Dependency("abs", folder,
-    "system")), or None. A group whose folder stands at the witness it was found
-    current at is current (a package manager renames files into place, which moves
-    it); else one whose files all stand at theirs; else every file is hashed (after
-    a package upgrade: once) and the group's digest compared."""
+    "system")), or None. A group whose files all stand at the witnesses they were
+    found current at is current (a package manager renames files into place; a
+    rewrite in place, `cp` or `cat >` as root, moves only the file's own change
+    time: the folder's alone was trusted once, and served the old build); else
+    every file is hashed (after a package upgrade: once) and the group's digest
+    compared."""
     for group in system:
         try:
             folder = witness(os.stat(group.folder))
-            if remembered.get(group.folder) == [*folder]:  # no file renamed in or out since its files held
-                if _settled(folder, seen):
-                    current[group.folder] = folder
-                continue
             found = [(path, witness(os.stat(path))) for path in group.paths()]
         except OSError:
             return Dependency("abs", group.folder, "system")
@@ -210,10 +208,11 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
     return None, current
 
 
-#: where only package managers write, and they replace files (a rename, which moves
-#: the folder's change time): files read there are recorded as one System group a
-#: folder (record.py), witnessed by the folder. /usr/local is the user's.
-SYSTEM = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/bin/", "/sbin/", "/opt/")
+#: where package managers write: files read there are recorded as one System group a
+#: folder (record.py), one digest for the group, each file witnessed by its own stat.
+#: /usr/local is the user's; so is /opt (conda prefixes, vendor SDKs and toolkits that
+#: people edit and copy over): files there are dependencies one by one.
+SYSTEM = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/bin/", "/sbin/")
 _USER = ("/usr/local/",)
 
 
@@ -221,10 +220,28 @@ def is_system(path: str) -> bool:
     return path.startswith(SYSTEM) and not path.startswith(_USER)
 
 
-def _witnessed(deps: Sequence[Dependency], absent: Sequence[Absent], system: Sequence[System]) -> list[Dependency]:
-    folders = dict.fromkeys([*(Dependency("abs", g.folder, "") for g in system),
-                             *(Dependency(a.base, a.folder, "") for a in absent)])  # one stat a folder
-    return [*deps, *folders]
+def _witnessed(deps: Sequence[Dependency], absent: Sequence[Absent], system: Sequence[System],
+               bases: Mapping[str, str]) -> tuple[list[Dependency], Mapping[str, str]]:
+    """What a summary stats, and the bases to find it with. A system group is its files
+    (a rewrite in place moves only the file; a file renamed into place is another inode),
+    stat'ed by name in their folder, opened once, where there are a few of them (a base of
+    its own); a missing path's folder stands for the paths under it."""
+    folders = list(dict.fromkeys(Dependency(a.base, a.folder, "") for a in absent))  # one stat a folder
+    if not system:
+        return [*deps, *folders], bases
+    files, more = [], {}
+    for i, group in enumerate(system):
+        names = group.names.split("\n")
+        if len(names) < _OPEN_FOLDER_FROM:
+            files += [Dependency("abs", f"{group.folder}/{name}", "") for name in names]
+        else:
+            more[f"\0system{i}"] = group.folder
+            files += [Dependency(f"\0system{i}", name, "") for name in names]
+    return [*deps, *folders, *files], {**bases, **{k: v for k, v in more.items() if v}}
+
+
+#: a system folder is opened (and its files stat'ed relative to it) from this many files on
+_OPEN_FOLDER_FROM = 4
 
 
 def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
@@ -234,8 +251,8 @@ def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
     group's and missing path's folder's, and of the variables read, from
     fresh stats or from `current` (first_changed's settled witnesses); None
     where a file is missing or, from `current`, was not settled."""
-    witnessed = _witnessed(deps, absent, system)
-    flat = _stat_all(witnessed, bases) if current is None else _from_current(witnessed, bases, current)
+    witnessed, where = _witnessed(deps, absent, system, bases)
+    flat = _stat_all(witnessed, where) if current is None else _from_current(witnessed, where, current)
     if flat is None:
         return None
     digest = hashlib.blake2b(repr(sorted(bases.items())).encode(), digest_size=16)

@@ -67,9 +67,11 @@ def collect_garbage(
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
     spare_newer_than: float = 0.0,
+    spare: Path | None = None,
 ) -> GcReport:
-    """spare_newer_than: entries used within this many seconds stay (the automatic
-    eviction after a build must not take the entry that build is about to load)."""
+    """spare_newer_than: entries used within this many seconds stay; spare: an entry that stays
+    (the automatic eviction after a build must not take the entry that build is about to load,
+    whatever the clocks say: a stamp written into the entry before it may be newer)."""
     report = GcReport(dry_run=dry_run)
     report.bytes_before, _ = disk_usage(store)
     entries = sorted(_entries(store), key=lambda e: e.last_used)
@@ -79,7 +81,8 @@ def collect_garbage(
     for entry in entries:
         too_old = max_age is not None and now - entry.last_used > max_age
         too_big = max_size is not None and size > max_size
-        if not (too_old or too_big) or now - entry.last_used < spare_newer_than:
+        if not (too_old or too_big) or now - entry.last_used < spare_newer_than \
+                or (spare is not None and entry.vdir.name == spare.name):
             continue
         if not dry_run:
             with unless_in_use(_lock_of(store, entry.vdir)) as free:
@@ -302,7 +305,7 @@ EVERY = 60.0
 _STAMP = "auto-gc"
 
 
-def keep_under(store: Store, max_size: int) -> None:
+def keep_under(store: Store, max_size: int, built: Path | None = None) -> None:
     """After a build: if no eviction ran in the last EVERY seconds, evict the least recently
     used entries down to max_size in a background thread (entries used in the last EVERY
     seconds stay: the one just built is about to be loaded). Amortised as ccache's
@@ -320,11 +323,12 @@ def keep_under(store: Store, max_size: int) -> None:
         stamp.touch(mode=store.trust.file_mode)  # an existing stamp gets the time now
     except OSError:
         return
-    threading.Thread(target=_evict_quietly, args=(store, max_size), name="abicache-evict", daemon=True).start()
+    threading.Thread(target=_evict_quietly, args=(store, max_size, built), name="abicache-evict",
+                     daemon=True).start()
 
 
-def _evict_quietly(store: Store, max_size: int) -> None:
+def _evict_quietly(store: Store, max_size: int, built: Path | None) -> None:
     try:
-        collect_garbage(store, max_size=max_size, spare_newer_than=EVERY)
+        collect_garbage(store, max_size=max_size, spare_newer_than=EVERY, spare=built)
     except Exception:  # noqa: BLE001  eviction is housekeeping: `abicache gc` reports its failures
         pass

@@ -103,12 +103,11 @@ class Absent:
 
 @named_tuple
 class System:
-    """Files the build read in one system folder (deps.SYSTEM: where only package
-    managers write, replacing files), recorded as one: the folder, the files'
-    names, one sha256 over their names and contents. A lookup stats the folder
-    (a package upgrade renames files into it, which moves its change time), and
-    only when it moved, the files; the manifest stays small for hundreds of
-    system headers."""
+    """Files the build read in one system folder (deps.SYSTEM: where package managers
+    write), recorded as one: the folder, the files' names, one sha256 over their
+    names and contents. A lookup stats the folder and each file (a rewrite in place
+    moves only the file's change time), and hashes them only where one moved; the
+    manifest stays small for hundreds of system headers."""
 
     folder: str  # absolute
     names: str  # '\n'-separated, sorted

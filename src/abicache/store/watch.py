@@ -4,8 +4,9 @@ must see an edit (a notebook editing a header and loading again) and still
 answer in microseconds.
 
 Linux, with inotify_simple: one inotify instance per process watches each
-folder that holds checked files; any event in it (a write, a chmod, a file
-created, moved or deleted, the folder itself moved) bumps that folder's
+folder that holds checked files (and the folder a linked file leads to, and
+a file with other hard links itself); any event in it (a write, a chmod, a
+file created, moved or deleted, the folder itself moved) bumps that folder's
 generation. A Watch records the generations of its folders *before* its
 files are verified, so an edit during the check is never missed; asking it
 drains pending events (one non-blocking read) and compares generations.
@@ -111,6 +112,29 @@ def _link_holders(folder: str) -> tuple[str, ...]:
     return known
 
 
+def _behind(paths: Sequence[str]) -> set[str]:
+    """What else must be watched for these files (one lstat each): the folder a symbolic link
+    to a file leads to (an edit there is no event in the link's folder), and a file with other
+    hard links, itself (written through another name, it is an event only in that name's
+    folder; a watch on the file is told whatever the name)."""
+    import stat
+
+    more: set[str] = set()
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(path)
+                more.add(os.path.dirname(target))
+                st = os.stat(target)
+                path = target
+        except OSError:
+            continue
+        if st.st_nlink > 1:
+            more.add(path)
+    return more
+
+
 class Watch:
     """Whether a set of files is unchanged since the Watch was made (see module)."""
 
@@ -126,7 +150,7 @@ class Watch:
         events = _shared()
         if events is None:
             return
-        watched = {os.path.dirname(p) for p in paths} | set(folders)
+        watched = {os.path.dirname(p) for p in paths} | set(folders) | _behind(paths)
         watched |= {holder for folder in watched for holder in _link_holders(folder)}
         with events.lock:
             events.drain()
