@@ -24,7 +24,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from common import base_env
 
@@ -52,6 +52,7 @@ class Case(NamedTuple):
     fresh: int  # what a fresh build answers after the change
     links_only: bool = False  # only the link reads the changed input (ccache: n/a)
     first: Callable[[Path], None] | None = None  # an earlier change, asked about before `change`
+    setup: Callable[[Path], None] | None = None  # makes the project's tools (programs, links, plugins)
 
 
 def _h(value: int) -> str:
@@ -67,6 +68,144 @@ UNIT = '#include "v.h"\nextern "C" int f() { return VALUE; }\n'
 SYS_UNIT = '#include <v.h>\nextern "C" int f() { return VALUE; }\n'
 HAS = ('#if __has_include("opt.h")\n#include "opt.h"\n#else\n#define VALUE 1\n#endif\n'
        'extern "C" int f() { return VALUE; }\n')
+
+
+# ---- the second layer: what a trace misses (tools the observer cannot enter, the loader's reads) ----
+
+#: a compiler wrapper that reads VALUE from value.txt beside it and runs c++ -DVALUE=...
+READING_WRAPPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  char value[32] = "0", define[64];
+  FILE* f = fopen("value.txt", "r");
+  if (f) { if (!fgets(value, sizeof value, f)) value[0] = 0; fclose(f); }
+  value[strcspn(value, "\n")] = 0;
+  snprintf(define, sizeof define, "-DVALUE=%s", value);
+  char** args = calloc(argc + 2, sizeof *args);
+  args[0] = "c++"; args[1] = define;
+  for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+  execvp("c++", args);
+  return 127;
+}
+"""
+#: a compiler wrapper with VALUE (and, where it links libvalue, the library's value) inside
+VALUE_WRAPPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int value(void);
+int main(int argc, char** argv) {
+  static char define[32];
+  snprintf(define, sizeof define, "-DVALUE=%d", VALUE);
+  char** args = calloc(argc + 2, sizeof *args);
+  args[0] = "c++"; args[1] = define;
+  for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+  execvp("c++", args);
+  return 127;
+}
+"""
+PLUGIN = r"""
+#include "gcc-plugin.h"
+#include "c-family/c-common.h"
+#include "c-family/c-pragma.h"
+int plugin_is_GPL_compatible;
+static void define_value(void*, void*) { cpp_define(parse_in, "VALUE=" VALUE); }
+int plugin_init(struct plugin_name_args* info, struct plugin_gcc_version*) {
+  register_callback(info->base_name, PLUGIN_PRAGMAS, define_value, NULL);
+  return 0;
+}
+"""
+
+
+def _cc(source: str, out: Path, *flags: str, lang: str = "c") -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cc" if lang == "c" else "c++", "-x", lang, "-", "-x", "none", *flags, "-o", str(out)], input=source,
+                   text=True, check=True, capture_output=True)
+
+
+def _wrapper(proj: Path, name: str, value: str, *flags: str) -> None:
+    _cc(VALUE_WRAPPER.replace("VALUE);", f"{value});", 1), proj / "tools" / name, *flags)
+    (proj / "tools" / name).chmod(0o755)
+
+
+def _same_size_rewrite(path: Path, data: bytes) -> None:
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # cp -p, touch -r: only the ctime moves
+
+
+def _plugin(proj: Path, value: int) -> None:
+    headers = subprocess.run(["g++", "-print-file-name=plugin"], capture_output=True, text=True).stdout.strip()
+    _cc(PLUGIN.replace("VALUE=\" VALUE", f"VALUE={value}\""), proj / "tools" / "value.so", "-shared", "-fPIC",
+        "-fno-rtti", f"-I{headers}/include", lang="c++")
+
+
+def _retarget(link: Path, to: str) -> None:
+    os.symlink(to, link.with_name(link.name + ".new"))
+    os.replace(link.with_name(link.name + ".new"), link)
+
+
+_MADE: list[Path] = []  # folders outside the work folder, removed at the end
+
+
+def _opt_folder() -> Path | None:
+    try:
+        _MADE.append(Path(tempfile.mkdtemp(prefix="abicache-bench-", dir="/opt")))
+    except OSError:
+        return None  # not root: the row is left out
+    return _MADE[-1]
+
+
+def second_layer(work: Path) -> list[Case]:
+    opt = _opt_folder()
+    plugin_headers = subprocess.run(["g++", "-print-file-name=plugin"], capture_output=True, text=True).stdout
+    out = [
+        Case("a statically linked wrapper reads a file", {"x.cpp": VALUED, "value.txt": "1\n"}, [], [],
+             {"CXX": "{proj}/tools/static-cxx"},
+             lambda p: (_write(p / "value.txt", "2\n"), {"CXX": "{proj}/tools/static-cxx"})[1], 2,
+             setup=lambda p: _cc(READING_WRAPPER, p / "tools" / "static-cxx", "-static", "-O2")),
+        Case("a wrapper clears LD_PRELOAD, then reads a file", {"x.cpp": VALUED, "value.txt": "1\n",
+             "tools/cxx": '#!/bin/sh\nunset LD_PRELOAD\nexec c++ -DVALUE="$(cat value.txt)" "$@"\n'}, [], [],
+             {"CXX": "{proj}/tools/cxx"}, lambda p: (_write(p / "value.txt", "2\n"), {"CXX": "{proj}/tools/cxx"})[1],
+             2, setup=lambda p: (p / "tools" / "cxx").chmod(0o755)),
+        Case("$CXX is a link, retargeted", {"x.cpp": VALUED}, [], [], {"CXX": "{proj}/tools/c++"},
+             lambda p: (_retarget(p / "tools" / "c++", "cxx-2"), {"CXX": "{proj}/tools/c++"})[1], 2,
+             setup=lambda p: (_wrapper(p, "cxx-1", "1"), _wrapper(p, "cxx-2", "2"),
+                              os.symlink("cxx-1", p / "tools" / "c++"))),
+        Case("the compiler rewritten in place, same size, mtime set back", {"x.cpp": VALUED}, [], [],
+             {"CXX": "{proj}/tools/cxx"},
+             lambda p: (_same_size_rewrite(p / "tools" / "cxx", (p / "tools" / "cxx-2").read_bytes()),
+                        {"CXX": "{proj}/tools/cxx"})[1], 2,
+             setup=lambda p: (_wrapper(p, "cxx", "1"), _wrapper(p, "cxx-2", "2"))),
+        Case("LD_LIBRARY_PATH: the compiler wrapper's library from another folder", {"x.cpp": VALUED}, [], [],
+             {"CXX": "{proj}/tools/cxx", "LD_LIBRARY_PATH": "{proj}/a"},
+             lambda p: {"CXX": "{proj}/tools/cxx", "LD_LIBRARY_PATH": str(p / "b")},
+             2, setup=lambda p: (_cc("int value(void) { return 1; }", p / "a" / "libvalue.so", "-shared", "-fPIC"),
+                                 _cc("int value(void) { return 2; }", p / "b" / "libvalue.so", "-shared", "-fPIC"),
+                                 _cc(VALUE_WRAPPER.replace("VALUE);", "value());", 1), p / "tools" / "cxx",
+                                     f"-L{p / 'a'}", "-lvalue"))),
+    ]
+    if Path(plugin_headers.strip(), "include", "gcc-plugin.h").is_file():
+        out.append(Case("a gcc plugin (-fplugin=) rebuilt", {"x.cpp": VALUED}, ["-fplugin={proj}/tools/value.so"],
+                        [], {}, lambda p: (_plugin(p, 2), {})[1], 2, setup=lambda p: _plugin(p, 1)))
+    if opt is not None:
+        out.append(Case("a header rewritten in place under /opt (CPATH)", {"x.cpp": UNIT}, [], [],
+                        {"CPATH": str(opt) + "/{name}"},
+                        lambda p: (_in_place(opt / p.name / "v.h", _h(2)), {"CPATH": str(opt / p.name)})[1], 2,
+                        setup=lambda p: _write(opt / p.name / "v.h", _h(1))))
+    return out
+
+
+def _in_place(path: Path, text: str) -> None:
+    with open(path, "w") as f:  # cat >, cp: the same inode
+        f.write(text)
+
+
+VALUED = 'extern "C" int f() { return VALUE; }\n'
 
 
 def cases(work: Path) -> list[Case]:
@@ -103,6 +242,7 @@ def cases(work: Path) -> list[Case]:
         Case("LIBRARY_PATH: another archive",
              {"x.cpp": 'extern "C" int value();\nextern "C" int f() { return value(); }\n'},
              [], ["-lvalue"], {"LIBRARY_PATH": str(lib1)}, lambda p: {"LIBRARY_PATH": str(lib2)}, 2, links_only=True),
+        *second_layer(work),
     ]
 
 
@@ -121,9 +261,17 @@ def _project(root: Path, case: Case) -> list[str]:
     return [n for n in case.files if n.endswith(".cpp")]
 
 
+def _placed(proj: Path, words: dict[str, str] | list[str]) -> Any:
+    """{proj} and {name}: the project's folder and name (each tool builds its own copy)."""
+    fill = {"proj": str(proj), "name": proj.name}
+    if isinstance(words, dict):
+        return {k: v.format(**fill) for k, v in words.items()}
+    return [w.format(**fill) for w in words]
+
+
 def _abicache(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
-    full = {**base_env(), "ABICACHE_DIR": str(store), "ABICACHE_PROGRESS": "0", **env}
-    spec = json.dumps({"sources": sources, "cflags": case.cflags, "ldflags": case.ldflags})
+    full = {**base_env(), "ABICACHE_DIR": str(store), "ABICACHE_PROGRESS": "0", **_placed(proj, env)}
+    spec = json.dumps({"sources": sources, "cflags": _placed(proj, case.cflags), "ldflags": case.ldflags})
     out = subprocess.run([sys.executable, "-c", ABICACHE, spec], cwd=proj, env=full, capture_output=True,
                          text=True, timeout=300)
     if out.returncode != 0:
@@ -132,13 +280,13 @@ def _abicache(proj: Path, store: Path, sources: list[str], case: Case, env: dict
 
 
 def _ccache(proj: Path, ccache_dir: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
-    full = {**base_env(), "CCACHE_DIR": str(ccache_dir), **env}
+    full = {**base_env(), "CCACHE_DIR": str(ccache_dir), **_placed(proj, env)}
     cxx = full.get("CXX", "c++").split()
     objects = []
     for i, src in enumerate(sources):
         obj = proj / f"obj{i}.o"
-        subprocess.run(["ccache", *cxx, "-fPIC", "-O2", *case.cflags, "-c", src, "-o", str(obj)], cwd=proj, env=full,
-                       check=True, capture_output=True)
+        subprocess.run(["ccache", *cxx, "-fPIC", "-O2", *_placed(proj, case.cflags), "-c", src, "-o", str(obj)],
+                       cwd=proj, env=full, check=True, capture_output=True)
         objects.append(str(obj))
     lib = proj / "libx.so"
     subprocess.run(["c++", "-shared", *objects, "-o", str(lib), *case.ldflags], cwd=proj, env=full, check=True,
@@ -155,6 +303,8 @@ def run_case(work: Path, case: Case) -> dict[str, str]:
             continue
         proj = work / f"{tool}-{abs(hash(case.name))}"
         sources = _project(proj, case)
+        if case.setup is not None:
+            case.setup(proj)
         build = _abicache if tool == "abicache" else _ccache
         cache_dir = work / f"{tool}-store-{abs(hash(case.name))}"
         build(proj, cache_dir, sources, case, case.env)
@@ -178,7 +328,8 @@ def main() -> int:
         _archives(work)
         rows = {case.name: run_case(work, case) for case in cases(work)}
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for folder in [work, *_MADE]:
+            shutil.rmtree(folder, ignore_errors=True)
     table = Table(title="Fidelity: the answer after a change a fresh build sees (fresh processes)")
     for column in ("case", "abicache", "ccache (direct mode) + plain link"):
         table.add_column(column)

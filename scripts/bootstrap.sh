@@ -44,6 +44,10 @@ if [ "$TEST" = 1 ]; then
   # clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD
   # offload bundle, no ROCm needed, and LLVM's own reader of bundles for the audit's tests
   compgen -G "/usr/lib/llvm-*/bin/clang-offload-bundler" >/dev/null || apt_packages+=(clang lld clang-tools)
+  # gcc's plugin headers: a real -fplugin= (loaded by cc1plus with dlopen) for the fidelity tests
+  if command -v gcc >/dev/null 2>&1 && [ ! -f "$(gcc -print-file-name=plugin)/include/gcc-plugin.h" ]; then
+    apt_packages+=("gcc-$(gcc -dumpversion | cut -d. -f1)-plugin-dev")
+  fi
 fi
 if ((${#apt_packages[@]})); then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

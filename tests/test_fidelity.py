@@ -906,3 +906,95 @@ def test_an_edit_through_another_name_is_seen_in_one_process(how: str, tmp_path:
     with open(other / "real.h", "w") as f:  # in place, through the other name
         f.write(header(2))
     assert load() == 2
+
+
+# ---- what the loader reads for itself: a gcc plugin --------------------------------------------
+
+PLUGIN = """
+#include "gcc-plugin.h"
+#include "c-family/c-common.h"
+#include "c-family/c-pragma.h"
+int plugin_is_GPL_compatible;
+static void define_value(void*, void*) { cpp_define(parse_in, "VALUE=" VALUE); }
+int plugin_init(struct plugin_name_args* info, struct plugin_gcc_version*) {
+  register_callback(info->base_name, PLUGIN_PRAGMAS, define_value, NULL);
+  return 0;
+}
+"""
+
+
+def _plugin(tmp_path: Path, value: int, out: Path) -> None:
+    """A real gcc plugin (gcc's plugin headers: the gcc-N-plugin-dev package) that defines VALUE."""
+    headers = subprocess.run(["g++", "-print-file-name=plugin"], capture_output=True, text=True).stdout.strip()
+    if not Path(headers, "include", "gcc-plugin.h").is_file():
+        pytest.skip("gcc's plugin headers are not installed (apt-get install gcc-12-plugin-dev)")
+    src = write(tmp_path / "plugin.cpp", PLUGIN)
+    subprocess.run(["g++", "-shared", "-fPIC", "-fno-rtti", "-O2", f'-DVALUE="{value}"', f"-I{headers}/include",
+                    str(src), "-o", str(out)], check=True)
+
+
+def test_a_gcc_plugin_rebuilt_in_place_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cc1plus loads -fplugin= with dlopen: the loader opens it with its own open, which the
+    preload never saw, and no depfile lists it. The loader's audit interface reports it."""
+    plugin = tmp_path / "plugins" / "value.so"
+    plugin.parent.mkdir()
+    _plugin(tmp_path, 1, plugin)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    store, flags = tmp_path / "store", [f"-fplugin={plugin}"]
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, cflags=flags)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, cflags=flags)["origin"] == "local"
+    _plugin(tmp_path, 2, plugin)  # the plugin's own build, in place
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, cflags=flags)["value"] == 2
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(store)
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=flags, cache=cache).f() == 2
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=flags, cache=cache).f() == 2
+    _plugin(tmp_path, 3, plugin)
+    assert cc.load_library("x", [Path("src/x.cpp")], cflags=flags, cache=cache).f() == 3
+
+
+VALUE_LIB = 'int value(void) { return VALUE; }\n'
+LIB_WRAPPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int value(void);
+int main(int argc, char** argv) {
+  static char define[32];
+  snprintf(define, sizeof define, "-DVALUE=%d", value());
+  char** args = calloc(argc + 2, sizeof *args);
+  args[0] = "c++"; args[1] = define;
+  for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+  execvp("c++", args);
+  return 127;
+}
+"""
+
+
+def test_a_library_the_loader_finds_for_a_tool_is_an_input(tmp_path: Path) -> None:
+    """A compiler wrapper takes VALUE from libvalue.so, which the loader finds through
+    LD_LIBRARY_PATH: the loader's own open is no preload's, and the variable is read by
+    no getenv. A library rebuilt in place, or another folder in the variable, was a hit."""
+    src = write(tmp_path / "value.c", VALUE_LIB)
+    for folder, value in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        subprocess.run(["cc", "-shared", "-fPIC", f"-DVALUE={value}", str(src), "-o",
+                        str(tmp_path / folder / "libvalue.so")], check=True)
+    wrapper = write(tmp_path / "wrapper.c", LIB_WRAPPER)
+    subprocess.run(["cc", str(wrapper), f"-L{tmp_path / 'a'}", "-lvalue", "-o", str(tmp_path / "cxx")], check=True)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED)
+    store = tmp_path / "store"
+
+    def value(folder: str) -> dict:
+        return fresh(store, ["src/x.cpp"], cwd=tmp_path,
+                     env={"CXX": str(tmp_path / "cxx"), "LD_LIBRARY_PATH": str(tmp_path / folder)})
+
+    assert value("a")["value"] == 1
+    assert value("a")["origin"] == "local"
+    assert value("b")["value"] == 2  # another folder in the variable: another library
+    subprocess.run(["cc", "-shared", "-fPIC", "-DVALUE=3", str(src), "-o", str(tmp_path / "a" / "libvalue.so")],
+                   check=True)  # rebuilt in place
+    assert value("a")["value"] == 3

@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -108,6 +109,14 @@ __attribute__((constructor)) static void start(void) {
             trace_parent = atol(*e + sizeof parent_name - 1);
         }
     }
+#ifdef ABICACHE_LOADER_AUDIT
+    return;  /* the loader's auditor (LD_AUDIT): it reports what the loader reads, never a start */
+#endif
+    /* Variables the loader and libc read for themselves, never through getenv: which
+     * libraries load, the locale (gcc's input charset), the time zone (__DATE__). */
+    static const char *const unseen[] = {"LD_LIBRARY_PATH", "GCONV_PATH", "LOCPATH", "LANG", "LC_ALL",
+                                         "LC_CTYPE", "TZ", NULL};
+    for (const char *const *name = unseen; *name; name++) put('e', AT_FDCWD, *name);
     char exe[PATH_MAX];
     ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
     long pid = (long)getpid();
@@ -337,4 +346,31 @@ FILE *popen(const char *command, const char *mode) {
     REAL(popen);
     if (!preloaded(environ)) put('U', AT_FDCWD, "/bin/sh");
     return real(command, mode);
+}
+
+/* ---- what the loader reads for itself (LD_AUDIT: this source built with ABICACHE_LOADER_AUDIT) ----
+ * The loader opens the program's libraries, preloads and plugins (dlopen: a gcc -fplugin=)
+ * with its own open, which no preload sees. An audit library is told each path the loader
+ * tries (a library put earlier in the search would be loaded instead) and each object it
+ * maps. It lives in a namespace of its own and interposes on nothing, so it never says that
+ * a process started: where the preload is gone, no start is reported and the trace is known
+ * to be incomplete. */
+
+unsigned int la_version(unsigned int version) {
+    return version < LAV_CURRENT ? version : LAV_CURRENT;
+}
+
+char *la_objsearch(const char *name, uintptr_t *cookie, unsigned int flag) {
+    (void)cookie; (void)flag;
+    if (trace_fd >= 0 && name && strchr(name, '/') != NULL) {  /* a bare soname is not a path */
+        struct stat st;
+        outcome(stat(name, &st) == 0, AT_FDCWD, name, 's');
+    }
+    return (char *)name;
+}
+
+unsigned int la_objopen(struct link_map *map, Lmid_t lmid, uintptr_t *cookie) {
+    (void)lmid; (void)cookie;
+    if (map && map->l_name && map->l_name[0] == '/') put('r', AT_FDCWD, map->l_name);
+    return 0;  /* no symbol binding to audit */
 }

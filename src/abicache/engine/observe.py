@@ -29,6 +29,7 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 
 SOURCE = Path(__file__).with_name("observe.c")
 LIBRARY = "libabicache_observe.so"
+AUDITOR = "libabicache_observe_audit.so"  # the same source, built as the loader's auditor (LD_AUDIT)
 FD_VARIABLE = "ABICACHE_TRACE_FD"
 PARENT_VARIABLE = "ABICACHE_TRACE_PARENT"  # this process's pid: the command's own program reports it
 
@@ -205,8 +206,10 @@ def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
-        yield Session({"LD_PRELOAD": preload, FD_VARIABLE: str(fd), PARENT_VARIABLE: str(os.getpid()),
-                       "TMPDIR": str(tmp)}, (fd,), log)
+        auditor = library.with_name(library.name.replace(LIBRARY, AUDITOR))
+        audit = ":".join(p for p in (str(auditor), os.environ.get("LD_AUDIT", "")) if p)  # the loader's own reads
+        yield Session({"LD_PRELOAD": preload, "LD_AUDIT": audit, FD_VARIABLE: str(fd),
+                       PARENT_VARIABLE: str(os.getpid()), "TMPDIR": str(tmp)}, (fd,), log)
     finally:
         os.close(fd)
 
@@ -268,14 +271,14 @@ def status(tools: Path, compiler: Sequence[str] = ("cc",),
 def _find(source: bytes, folder: Path, compiler: Sequence[str],
           trusted: Callable[[os.stat_result], bool] | None) -> tuple[Path | None, str]:
     target = folder / LIBRARY
-    if not target.is_file():
+    if not (target.is_file() and (folder / AUDITOR).is_file()):
         made, why = _compile(source, folder, compiler)
         if made is None:
             return None, why
         target = made
     if trusted is not None:
         _close(folder, trusted)
-        if not _owned(target, trusted):
+        if not (_owned(target, trusted) and _owned(folder / AUDITOR, trusted)):
             return None, (f"{target} (or its folder) could have been written by another user, so it is not "
                           "preloaded into compilers; remove that folder")
     return _preloadable(target)
@@ -307,8 +310,10 @@ def _preloadable(target: Path) -> tuple[Path | None, str]:
     digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
     tried = []
     for base in _private_bases():
-        copy = _private_copy(target, base / f"abicache-observe-{os.geteuid()}", f"{digest}-{LIBRARY}")
-        if copy is not None and _loads(copy):
+        private = base / f"abicache-observe-{os.geteuid()}"
+        copy = _private_copy(target, private, f"{digest}-{LIBRARY}")
+        auditor = _private_copy(target.with_name(AUDITOR), private, f"{digest}-{AUDITOR}")
+        if copy is not None and auditor is not None and _loads(copy):
             return copy, ""
         tried.append(str(base))
     return None, (f"its path {target} holds a space or a colon, at which LD_PRELOAD splits, and no private copy "
@@ -352,28 +357,30 @@ def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> tuple[Path
     with tempfile.TemporaryDirectory(prefix="observe-", dir=folder.parent) as work:
         src = Path(work) / "observe.c"
         src.write_bytes(source)
-        out = Path(work) / LIBRARY
-        try:
-            done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"],
-                                  capture_output=True, timeout=120, env=_plain_env())
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, f"compiling it with {' '.join(compiler)} failed ({exc})"
-        if done.returncode != 0:
-            said = done.stderr.decode(errors="replace").strip().splitlines()
-            return None, f"compiling it with {' '.join(compiler)} failed ({said[-1] if said else done.returncode})"
+        out, auditor = Path(work) / LIBRARY, Path(work) / AUDITOR
+        for target, defines in ((out, []), (auditor, ["-DABICACHE_LOADER_AUDIT"])):
+            try:
+                done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", *defines, "-o", str(target), str(src),
+                                       "-ldl"], capture_output=True, timeout=120, env=_plain_env())
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return None, f"compiling it with {' '.join(compiler)} failed ({exc})"
+            if done.returncode != 0:
+                said = done.stderr.decode(errors="replace").strip().splitlines()
+                return None, f"compiling it with {' '.join(compiler)} failed ({said[-1] if said else done.returncode})"
         if not _loads(out):
             loaded, why = _preloadable(out)  # a store path LD_PRELOAD cannot carry: try it from a copy
             if loaded is None or not _loads(loaded):
                 return None, why or "it compiled, but does not load or report when preloaded here"
-        os.chmod(out, 0o555)
         staged = Path(work) / "ready"
         staged.mkdir(mode=0o700)
         os.chmod(staged, 0o755)  # whatever the umask: a group-writable folder is refused (and stays)
-        os.replace(out, staged / LIBRARY)
+        for built in (out, auditor):
+            os.chmod(built, 0o555)
+            os.replace(built, staged / built.name)
         try:
             os.rename(staged, folder)  # atomic: another process may have won, with the same bytes
         except OSError:
-            if not (folder / LIBRARY).is_file():
+            if not ((folder / LIBRARY).is_file() and (folder / AUDITOR).is_file()):
                 return None, f"it could not be put in place at {folder}"
     return folder / LIBRARY, ""
 
@@ -381,21 +388,25 @@ def _compile(source: bytes, folder: Path, compiler: Sequence[str]) -> tuple[Path
 def _plain_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    env.pop("LD_AUDIT", None)
     return env
 
 
 def _loads(path: Path) -> bool:
-    """Whether a program runs with it preloaded and it reports (this machine's
-    loader accepts it, and it finds its file descriptor)."""
+    """Whether a program runs with it preloaded (and its auditor beside it, LD_AUDIT) and it
+    reports: this machine's loader accepts both (a refused auditor is a warning on every
+    compile's stderr), and it finds its file descriptor."""
     import subprocess
 
     probe = path.with_name("probe.log")
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    auditor = path.with_name(path.name.replace(LIBRARY, AUDITOR))
     try:
-        env = {**_plain_env(), "LD_PRELOAD": str(path), FD_VARIABLE: str(fd)}
-        subprocess.run(["/bin/sh", "-c", ":"], env=env, pass_fds=(fd,), capture_output=True, timeout=30)
+        env = {**_plain_env(), "LD_PRELOAD": str(path), "LD_AUDIT": str(auditor), FD_VARIABLE: str(fd)}
+        done = subprocess.run(["/bin/sh", "-c", ":"], env=env, pass_fds=(fd,), capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
         os.close(fd)
-    return bool(parse(probe.read_bytes()).programs)
+    seen = parse(probe.read_bytes())
+    return bool(seen.programs) and bool(seen.read) and not done.stderr
