@@ -44,10 +44,13 @@ if [ "$TEST" = 1 ]; then
   # clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD
   # offload bundle, no ROCm needed, and LLVM's own reader of bundles for the audit's tests
   compgen -G "/usr/lib/llvm-*/bin/clang-offload-bundler" >/dev/null || apt_packages+=(clang lld clang-tools)
-  # gcc's plugin headers: a real -fplugin= (loaded by cc1plus with dlopen) for the fidelity tests
-  if command -v gcc >/dev/null 2>&1 && [ ! -f "$(gcc -print-file-name=plugin)/include/gcc-plugin.h" ]; then
-    apt_packages+=("gcc-$(gcc -dumpversion | cut -d. -f1)-plugin-dev")
-  fi
+fi
+# gcc's plugin headers: a real -fplugin= (loaded by cc1plus with dlopen) for the fidelity tests;
+# optional (named by the gcc here, which another distribution may not package): its test skips without
+optional_packages=()
+if [ "$TEST" = 1 ] && command -v gcc >/dev/null 2>&1 \
+    && [ ! -f "$(gcc -print-file-name=plugin)/include/gcc-plugin.h" ]; then
+  optional_packages+=("gcc-$(gcc -dumpversion | cut -d. -f1)-plugin-dev")
 fi
 if ((${#apt_packages[@]})); then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -59,6 +62,11 @@ if ((${#apt_packages[@]})); then
   else
     echo "bootstrap: ${apt_packages[*]} missing and apt-get unavailable: the tests that need them will skip" >&2
   fi
+fi
+if ((${#optional_packages[@]})) && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "bootstrap: installing ${optional_packages[*]} with apt-get"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${optional_packages[@]}"; } \
+    || echo "bootstrap: ${optional_packages[*]} could not be installed: the tests that need them will skip" >&2
 fi
 
 if [ "$TEST" = 0 ]; then
