@@ -94,18 +94,32 @@ def seaweedfs_server(folder: str | None = None) -> Iterator[tuple[str, subproces
     config = os.path.join(folder, "s3.json")
     with open(config, "w") as fh:
         json.dump(_S3_IDENTITIES, fh)
-    ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
-                                            "filer.grpc", "s3", "s3.grpc", "metrics")}
-    argv = ["weed", "server", f"-dir={os.path.join(folder, 'data')}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-filer", "-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-master.volumeSizeLimitMB=512", "-volume.max=0", "-volume.preStopSeconds=0", f"-metricsPort={ports.pop('metrics')}",
-            *(f"-{name.replace('.grpc', '.port.grpc') if name.endswith('.grpc') else name + '.port'}={port}"
-              for name, port in ports.items())]
-    log = open(os.path.join(folder, "weed.log"), "wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    for attempt in range(3):
+        ports = {name: free_port() for name in ("master", "master.grpc", "volume", "volume.grpc", "filer",
+                                                "filer.grpc", "s3", "s3.grpc", "metrics")}
+        argv = ["weed", "server", f"-dir={os.path.join(folder, 'data')}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                "-filer", "-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                "-master.volumeSizeLimitMB=512", "-volume.max=0", "-volume.preStopSeconds=0",
+                f"-metricsPort={ports.pop('metrics')}",
+                *(f"-{name.replace('.grpc', '.port.grpc') if name.endswith('.grpc') else name + '.port'}={port}"
+                  for name, port in ports.items())]
+        log = open(os.path.join(folder, "weed.log"), "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_for(ports["s3"], proc, "weed server (S3 gateway)", seconds=60)
+            break
+        except RuntimeError as exc:
+            # Nine ports chosen free, then bound by weed a moment later: another worker's server
+            # may have taken one between (weed exits at once). Other ports, up to three times.
+            exited = proc.poll() is not None  # it gave up at once (a port), not a slow start
+            _stop(proc, grace=1.0)
+            log.close()
+            with open(os.path.join(folder, "weed.log"), "rb") as fh:
+                said = fh.read()[-400:].decode(errors="replace")
+            if not exited or attempt == 2:
+                raise RuntimeError(f"{exc}; its log ends: {said}") from None
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     try:
-        _wait_for(ports["s3"], proc, "weed server (S3 gateway)", seconds=60)
         _create_bucket(endpoint, proc, folder)
         yield endpoint, proc
     finally:
