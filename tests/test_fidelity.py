@@ -560,7 +560,9 @@ def test_each_steering_variable_is_in_the_key_where_it_steers(variable: str, tmp
 
 # ---- the observer runs in every compiler: nobody else may have written it ---------------------
 
-def test_an_observer_another_user_could_write_is_not_preloaded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["preload", "auditor"])
+def test_an_observer_another_user_could_write_is_not_preloaded(which: str, tmp_path: Path) -> None:
+    """The preloaded library and the loader's auditor (LD_AUDIT) both run in every compiler."""
     from abicache.engine import observe
 
     cache = Cache(tmp_path / "store")
@@ -569,7 +571,7 @@ def test_an_observer_another_user_could_write_is_not_preloaded(tmp_path: Path) -
     if library is None:
         pytest.skip("the observer could not be built here")
     observe._built.clear()
-    os.chmod(library, 0o777)  # as a store an older version left open
+    os.chmod(library if which == "preload" else library.with_name(observe.AUDITOR), 0o777)  # as a store left open
     with pytest.warns(AbicacheWarning, match="another user"):
         assert observe.library(tools, trusted=cache.store.trust.ok) is None
     observe._built.clear()

@@ -28,13 +28,14 @@ def reused(name: str) -> Iterator[Path]:
         yield VENVS / name
 
 
-def make_venv(path: Path, python: str, *, system: bool = False, install: list[str] = ()) -> str:
+def make_venv(path: Path, python: str, *, system: bool = False, install: list[str] = (),
+              env: dict[str, str] | None = None) -> str:
     made = subprocess.run([python, "-m", "venv", *(["--system-site-packages"] if system else []), str(path)],
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     if install:
         done = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "-q", *install],
-                              capture_output=True, text=True, timeout=1200)
+                              capture_output=True, text=True, timeout=1800, env={**os.environ, **(env or {})})
         if done.returncode != 0:
             pytest.skip(f"cannot install {install} into a venv: {done.stderr[-300:]}")
     return str(path / "bin" / "python")
@@ -79,18 +80,10 @@ def newest_torch() -> str:
                  "packaging, rich, abi3info; assert torch.__version__.startswith('2.15'), torch.__version__"]
         if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
             return str(python)
-        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)  # half made, or another torch: made again
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as empty:
-            made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True,
-                                  timeout=300)
-            assert made.returncode == 0, made.stderr
-            done = subprocess.run([str(python), "-m", "pip", "install", "-q", NEWEST_TORCH, *_dependencies(),
-                                   *NEWEST_TEST_TOOLS], capture_output=True, text=True, timeout=1800,
-                                  env={**os.environ, "PIP_CONSTRAINT": empty.name})
-        if done.returncode != 0:
-            shutil.rmtree(venv, ignore_errors=True)
-            pytest.skip(f"cannot install {NEWEST_TORCH} into a venv: {done.stderr[-300:]}")
-        return str(python)
+            return make_venv(venv, sys.executable, install=[NEWEST_TORCH, *_dependencies(), *NEWEST_TEST_TOOLS],
+                             env={"PIP_CONSTRAINT": empty.name})
 
 
 def _dependencies() -> list[str]:
