@@ -121,3 +121,14 @@ def test_abicache_check_env_checks_hits_in_the_background(project: Path, tmp_pat
     time.sleep(0.2)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(v["key"], v["verdict"]) for v in lines] == [(art.key, "same")]
+
+
+def test_the_background_check_imports_this_abicache_and_nothing_beside_it() -> None:
+    """The child's sys.path gets the folder that holds the package: the package's own folder
+    there would make abicache/torch.py the child's `torch` (and no `abicache` to import at all)."""
+    import abicache
+    from abicache.frontends import check_spawn
+
+    root = check_spawn.import_root()
+    assert (root / "abicache" / "__init__.py").resolve() == Path(abicache.__file__).resolve()
+    assert not (root / "torch.py").exists()

@@ -71,11 +71,19 @@ def _free_slot(folder: Path, mode: int) -> int | None:
     return None
 
 
+def import_root() -> Path:
+    """The folder this abicache is imported from: the one that holds the package (never the
+    package's own folder, whose modules torch.py and triton.py would stand for torch and triton)."""
+    import abicache
+
+    return Path(abicache.__file__).resolve().parent.parent
+
+
 def _spawn(cache: Cache, key: str, fds: list[int]) -> None:
     import subprocess
 
-    here = str(Path(__file__).resolve().parent.parent)  # the folder this abicache is imported from
-    code = f"import sys; sys.path.insert(0, {here!r}); from abicache.cli.main import main; sys.exit(main())"
+    code = f"import sys; sys.path.insert(0, {str(import_root())!r}); from abicache.cli.main import main; " \
+           "sys.exit(main())"
     private = cache.store.layout.tmp
     cache.store.make_dir(private)
     subprocess.Popen(
