@@ -160,6 +160,12 @@ def _opt_folder() -> Path | None:
     return _MADE[-1]
 
 
+def _newest_wrapper(proj: Path) -> None:
+    _write(proj / "tools" / "cxx", f'#!/bin/sh\nfor v in "{proj}"/versions/*; do n=$v; done\n'
+           'exec c++ -include "$n/v.h" "$@"\n')
+    (proj / "tools" / "cxx").chmod(0o755)
+
+
 def second_layer(work: Path) -> list[Case]:
     opt = _opt_folder()
     plugin_headers = subprocess.run(["g++", "-print-file-name=plugin"], capture_output=True, text=True).stdout
@@ -188,6 +194,14 @@ def second_layer(work: Path) -> list[Case]:
                                  _cc("int value(void) { return 2; }", p / "b" / "libvalue.so", "-shared", "-fPIC"),
                                  _cc(VALUE_WRAPPER.replace("VALUE);", "value());", 1), p / "tools" / "cxx",
                                      f"-L{p / 'a'}", "-lvalue"))),
+        Case("a wrapper takes the newest version in a folder it lists; one is added",
+             {"x.cpp": VALUED, "versions/1/v.h": _h(1)}, [], [], {"CXX": "{proj}/tools/cxx"},
+             lambda p: (_write(p / "versions" / "2" / "v.h", _h(2)), {"CXX": "{proj}/tools/cxx"})[1], 2,
+             setup=_newest_wrapper),
+        Case("a wrapper script takes a flag from a variable it reads (no getenv), which changes",
+             {"x.cpp": VALUED, "tools/cxx": '#!/bin/sh\nexec c++ -DVALUE="${PICK:-1}" "$@"\n'}, [], [],
+             {"CXX": "{proj}/tools/cxx", "PICK": "1"}, lambda p: {"CXX": "{proj}/tools/cxx", "PICK": "2"}, 2,
+             setup=lambda p: (p / "tools" / "cxx").chmod(0o755)),
     ]
     if Path(plugin_headers.strip(), "include", "gcc-plugin.h").is_file():
         out.append(Case("a gcc plugin (-fplugin=) rebuilt", {"x.cpp": VALUED}, ["-fplugin={proj}/tools/value.so"],

@@ -520,8 +520,8 @@ def test_header_names_with_a_tab_or_a_line_break_build(tmp_path: Path, monkeypat
 
 def test_a_source_whose_name_is_not_utf8_builds_and_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file name of Latin-1 bytes, as the compiler takes it: built and loaded, no
-    UnicodeEncodeError (the key hashed it as text); not cached, said, since the compiler
-    looks for `<name>.gch`, a name a manifest cannot hold yet."""
+    UnicodeEncodeError (the key hashed it as text), and cached: the second call is a hit (the
+    compiler looks for `<name>.gch`, recorded by its bytes)."""
     import warnings
 
     monkeypatch.chdir(tmp_path)
@@ -529,9 +529,32 @@ def test_a_source_whose_name_is_not_utf8_builds_and_loads(tmp_path: Path, monkey
     Path(name).write_text('extern "C" int f() { return 7; }\n')
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        for _ in range(2):
-            assert cc.load_library("latin", [Path(name)], cache=Cache(tmp_path / "store")).f() == 7
-    assert any("not UTF-8" in str(w.message) for w in said), [str(w.message) for w in said]
+        assert cc.build_library("latin", [Path(name)], cache=Cache(tmp_path / "store")).origin == "built"
+        again = cc.build_library("latin", [Path(name)], cache=Cache(tmp_path / "store"))
+    assert (again.origin, again.hit) == ("local", True)
+    assert not [str(w.message) for w in said if "not cached" in str(w.message)]
+
+
+def test_a_header_whose_name_is_not_utf8_is_cached_and_its_edit_seen(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths are bytes: a header named in Latin-1 is recorded by its name and bytes (it was
+    never cached), and an edit of it rebuilds, in a new Cache and in the same one."""
+    monkeypatch.chdir(tmp_path)
+    inc = os.fsdecode(b"inc-\xe9")
+    Path(inc).mkdir()
+    header = Path(inc, os.fsdecode(b"v\xe9.h"))
+    header.write_text("#define V 1\n")
+    Path("x.cpp").write_bytes(b'#include "v\xe9.h"\nextern "C" int f() { return V; }\n')
+    cache = Cache(tmp_path / "store")
+    assert cc.load_library("odd", [Path("x.cpp")], cflags=[f"-I{inc}"], cache=cache).f() == 1
+    hit = cc.build_library("odd", [Path("x.cpp")], cflags=[f"-I{inc}"], cache=Cache(tmp_path / "store"))
+    assert (hit.origin, hit.hit) == ("local", True)
+    recorded = [d.path for d in hit.manifest.deps]
+    assert any(os.fsencode(p).endswith(b"v\xe9.h") for p in recorded), recorded
+    time.sleep(0.05)
+    header.write_text("#define V 2\n")
+    assert cc.load_library("odd", [Path("x.cpp")], cflags=[f"-I{inc}"], cache=cache).f() == 2
+    assert cc.load_library("odd", [Path("x.cpp")], cflags=[f"-I{inc}"], cache=Cache(tmp_path / "store")).f() == 2
 
 
 def test_depfile_syntax(tmp_path: Path) -> None:

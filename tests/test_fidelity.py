@@ -1000,3 +1000,101 @@ def test_a_library_the_loader_finds_for_a_tool_is_an_input(tmp_path: Path) -> No
     subprocess.run(["cc", "-shared", "-fPIC", "-DVALUE=3", str(src), "-o", str(tmp_path / "a" / "libvalue.so")],
                    check=True)  # rebuilt in place
     assert value("a")["value"] == 3
+
+
+# ---- a folder's listing is an input ------------------------------------------------------------
+
+#: a compiler wrapper that takes the newest of the versions in a folder (the shell lists it)
+NEWEST_WRAPPER = """#!/bin/sh
+newest=
+for version in "{versions}"/*; do newest=$version; done
+exec c++ -include "$newest/v.h" "$@"
+"""
+
+VALUED_BARE = 'extern "C" int f() { return VALUE; }\n'
+
+
+def _versions(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    versions = tmp_path / "versions"
+    write(versions / "1" / "v.h", header(1))
+    wrapper = write(tmp_path / "newest-cxx", NEWEST_WRAPPER.format(versions=versions))
+    wrapper.chmod(0o755)
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    return versions, {"CXX": str(wrapper)}
+
+
+def test_a_version_added_to_a_folder_a_tool_lists_is_picked_in_a_new_process(tmp_path: Path) -> None:
+    """The wrapper picks the newest version by listing a folder; a new version there is what a
+    fresh build uses, while every path the build read or looked for stays as it was."""
+    versions, env = _versions(tmp_path)
+    store = tmp_path / "store"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+    (versions / "0-old").mkdir()  # a name that sorts first: the listing changed, the choice did not
+    again = fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)
+    assert again["value"] == 1
+    write(versions / "2" / "v.h", header(2))
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 2
+
+
+def test_a_version_added_to_a_folder_a_tool_lists_is_picked_in_one_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    versions, env = _versions(tmp_path)
+    monkeypatch.setenv("CXX", env["CXX"])
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(tmp_path / "store")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    time.sleep(0.05)  # past the racy window: the next call arms its watch on what it checked
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    write(versions / "2" / "v.h", header(2))
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+
+
+# ---- a script reads its variables without getenv -------------------------------------------------
+
+PICKING_WRAPPER = '#!/bin/sh\nexec c++ -DVALUE="${PICK:-1}" "$@"\n'
+
+
+def test_a_variable_a_wrapper_script_reads_steers_the_build_in_a_new_process(tmp_path: Path) -> None:
+    """The shell reads its environment at its start, never through getenv: the variable the
+    wrapper takes its flag from went unrecorded, and another value was a hit."""
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    wrapper = write(tmp_path / "pick-cxx", PICKING_WRAPPER)
+    wrapper.chmod(0o755)
+    store = tmp_path / "store"
+    env = {"CXX": str(wrapper), "PICK": "1"}
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env={**env, "PICK": "2"})["value"] == 2
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env, drop=("PICK",))["value"] == 1
+
+
+def test_a_variable_a_wrapper_script_reads_steers_the_build_in_one_process(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    wrapper = write(tmp_path / "pick-cxx", PICKING_WRAPPER)
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    monkeypatch.setenv("PICK", "1")
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(tmp_path / "store")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 1
+    monkeypatch.setenv("PICK", "2")
+    assert cc.load_library("x", [Path("src/x.cpp")], cache=cache).f() == 2
+
+
+def test_a_variable_a_script_run_by_the_build_reads_steers_it(tmp_path: Path) -> None:
+    """The same through a script that a compiled wrapper runs (found by its exec, not started by abicache)."""
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    bins = tmp_path / "bin"
+    write(bins / "c++", '#!/bin/sh\nexec /usr/bin/c++ -DVALUE="${PICK:-1}" "$@"\n').chmod(0o755)
+    store = tmp_path / "store"
+    env = {"CXX": "cc-wrapped", "PATH": f"{bins}:{os.environ['PATH']}", "PICK": "1"}
+    write(bins / "cc-wrapped", '#!/bin/sh\nexec c++ "$@"\n').chmod(0o755)
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env={**env, "PICK": "2"})["value"] == 2

@@ -415,3 +415,70 @@ def test_remote_cache_backend_serves_another_machine(py311: str, tmp_path: Path,
     fetched = Cache(tmp_path / "two" / "store").store.iter_variant_dirs()
     origins = {hostile.manifest_doc(v).get("kind") for v in fetched}
     assert origins == {"triton.file"}  # machine two's files came through abicache
+
+
+# ---- the native libraries that compile: in the key where the version does not vouch for them ----
+
+KEY_OF_STANDIN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import abicache.triton as at
+print(at.codegen_key(None))
+"""
+
+
+def _standin_triton(site: Path, native: bytes, *, direct_url: bool = False) -> Path:
+    """A Triton distribution as pip leaves it: the package (sources, _C/libtriton.so: a real
+    library compiled here), its dist-info with METADATA and RECORD written last."""
+    pkg = site / "triton"
+    for sub in ("compiler", "backends", "language", "runtime", "_C"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("__version__ = '9.9.0'\n")
+    (pkg / "compiler" / "compiler.py").write_text("X = 1\n")
+    (pkg / "runtime" / "cache.py").write_text("Y = 1\n")
+    src = site / "lib.c"
+    src.write_bytes(b"int triton_codegen(void) { return %d; }\n" % len(native))
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(pkg / "_C" / "libtriton.so"), str(src)], check=True)
+    with open(pkg / "_C" / "libtriton.so", "ab") as f:
+        f.write(native)  # another build of it: other bytes
+    info = site / "triton-9.9.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 9.9.0\n")
+    if direct_url:
+        (info / "direct_url.json").write_text('{"url": "file:///src/triton", "dir_info": {"editable": true}}')
+    rows = [f"{p.relative_to(site).as_posix()},sha256=x,{p.stat().st_size}" for p in sorted(pkg.rglob("*"))
+            if p.is_file()]
+    time.sleep(0.02)
+    (info / "RECORD").write_text("\n".join([*rows, "triton-9.9.0.dist-info/RECORD,,"]) + "\n")
+    return site
+
+
+def _key_of(site: Path) -> str:
+    return subprocess.run([sys.executable, "-c", KEY_OF_STANDIN, str(site)], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": str(SRC)}).stdout.strip()
+
+
+def test_an_index_wheels_libtriton_is_named_by_the_version(tmp_path: Path) -> None:
+    """Two wheels of one version (one per Python version) differ in libtriton.so's bytes
+    and make the same code: one key, as before."""
+    a = _key_of(_standin_triton(tmp_path / "a", b"\0py311"))
+    b = _key_of(_standin_triton(tmp_path / "b", b"\0py312"))
+    assert a == b and a.startswith("9.9.0-")
+
+
+def test_a_libtriton_rebuilt_in_place_after_the_install_is_in_the_key(tmp_path: Path) -> None:
+    """A libtriton.so rebuilt over the installed one compiles other code under the same
+    version: the key left it out, and served the old build's kernels."""
+    site = _standin_triton(tmp_path / "a", b"\0one")
+    before = _key_of(site)
+    time.sleep(0.02)
+    with open(site / "triton" / "_C" / "libtriton.so", "ab") as f:
+        f.write(b"\0rebuilt")
+    assert _key_of(site) != before
+
+
+def test_a_source_installs_libtriton_is_in_the_key(tmp_path: Path) -> None:
+    """An editable or source install (direct_url.json): its version does not name the bytes."""
+    one = _key_of(_standin_triton(tmp_path / "a", b"\0one", direct_url=True))
+    two = _key_of(_standin_triton(tmp_path / "b", b"\0two", direct_url=True))
+    assert one != two

@@ -16,11 +16,14 @@ install() does two things:
                    triton/language and triton/runtime/cache.py (the same sources
                    Triton hashes), and the versions of the bundled ptxas;
    not in the key: the bytes of libtriton.so and of other Python extension
-                   modules, which differ per Python version.
+                   modules, which differ per Python version, where they are the
+                   ones a wheel from an index installed: its RECORD names them
+                   (size) and none was written after it (mtime). Elsewhere (a
+                   source or editable install, a library rebuilt in place) their
+                   sha256s are in the key too, hashed once per version of them.
 
-   It is safe because libtriton.so is built from the sources its version names:
-   a release wheel's version says which, and a source build's version carries
-   its git hash (`3.9.0+git1234abcd`). What Triton adds after triton_key() —
+   It is safe because such a libtriton.so is built from the sources its version
+   names: a release wheel's version says which. What Triton adds after triton_key() —
    the source hash, the backend hash (ptxas version and target), the options
    and the cache-invalidating environment variables — stays as Triton computes
    it. The result is memoized on disk by the stat of the hashed files and ptxas.
@@ -76,19 +79,25 @@ def _ptxas(root: Path) -> list[Path]:
     return sorted(p for p in (root / "backends").rglob("ptxas*") if p.is_file() and os.access(p, os.X_OK))
 
 
+def _natives(root: Path) -> list[Path]:
+    """The native libraries that compile: libtriton.so and the backends' own."""
+    return sorted(p for sub in ("_C", "backends") for p in (root / sub).rglob("*.so") if p.is_file())
+
+
 def codegen_key(memo_dir: Path | None = None) -> str:
-    """Triton's code-generation identity, without libtriton.so's bytes; memoized
-    (in memory and under memo_dir) while no hashed file's stat changes."""
+    """Triton's code-generation identity, without libtriton.so's bytes where the version
+    names them; memoized (in memory and under memo_dir) while no file's stat changes."""
     from .env import toolid
 
     root = triton_root()
-    files, tools = _sources(root), _ptxas(root)
-    stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) for p in files + tools for st in [p.stat()])
-    return toolid.memoized_by(stamp, f"triton codegen key {root}", lambda: _compute_key(root, files, tools),
-                              memo_dir)
+    files, tools, natives = _sources(root), _ptxas(root), _natives(root)
+    stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+                  for p in files + tools + natives for st in [p.stat()])
+    return toolid.memoized_by(stamp, f"triton codegen key {root}",
+                              lambda: _compute_key(root, files, tools, natives), memo_dir)
 
 
-def _compute_key(root: Path, files: list[Path], tools: list[Path]) -> str:
+def _compute_key(root: Path, files: list[Path], tools: list[Path], natives: list[Path]) -> str:
     from importlib import metadata
 
     from .env import toolid
@@ -99,7 +108,45 @@ def _compute_key(root: Path, files: list[Path], tools: list[Path]) -> str:
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     for ptxas in tools:
         digest.update(toolid.run_tool([str(ptxas), "--version"]).strip().encode())
+    for native in _unvouched(root, natives):
+        digest.update(b"native\0" + native.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(bytes.fromhex(toolid.memoized(native, "sha256", _sha256_file, None)))
     return f"{metadata.version('triton')}-abicache-codegen-{digest.hexdigest()}"
+
+
+def _sha256_file(path: Path) -> str:
+    from .store import blobs
+
+    return blobs.hash_file(path)[0]
+
+
+def _unvouched(root: Path, natives: list[Path]) -> list[Path]:
+    """The native libraries Triton's version does not vouch for: all of them unless the
+    distribution came from an index (no direct_url.json: not a source, editable or local
+    install), and else those its RECORD does not name at their size, or written after it."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("triton")
+    except metadata.PackageNotFoundError:
+        return natives
+    record = next((f for f in dist.files or () if f.name == "RECORD" and f.parent.name.endswith(".dist-info")), None)
+    if record is None or dist.read_text("direct_url.json") is not None:
+        return natives
+    record_path = Path(dist.locate_file(record))
+    try:
+        written = record_path.stat().st_mtime_ns
+        sizes = {row.rsplit(",", 2)[0]: row.rsplit(",", 1)[-1] for row in record_path.read_text().splitlines()}
+    except (OSError, ValueError):
+        return natives
+    site = Path(dist.locate_file(""))
+    out = []
+    for native in natives:
+        st = native.stat()
+        named = sizes.get(native.relative_to(site).as_posix()) if native.is_relative_to(site) else None
+        if named != str(st.st_size) or st.st_mtime_ns > written:
+            out.append(native)
+    return out
 
 
 def install(cache: Cache | None = None) -> None:

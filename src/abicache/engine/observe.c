@@ -12,6 +12,10 @@
  *   s PATH   found by stat or access
  *   m PATH   looked for and not there (ENOENT, ENOTDIR)
  *   e NAME   environment variable read
+ *   l PATH   a folder listed (opendir, fdopendir, scandir, glob: a tool that picks among
+ *            versions by listing a folder picks another when an entry appears)
+ *   w PATH   created, written, removed or renamed (a folder the build writes in is its own
+ *            work, not an input: its listing is not recorded)
  *   x PID:PATH   the program of this process (from its start)
  *   R PID:       this process was started by abicache (ABICACHE_TRACE_PARENT)
  *   X PID:PATH   this process is about to exec PATH (where it is found: found() below)
@@ -28,7 +32,9 @@
  * the links the kernel follows. Without ABICACHE_TRACE_FD the library does
  * nothing. errno is kept as the wrapped call left it. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <glob.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -139,6 +145,7 @@ static mode_t mode_of(int flags, va_list ap) {
         REAL(name); va_list ap; va_start(ap, flags); mode_t mode = mode_of(flags, ap); va_end(ap); \
         int fd = real(path, flags, mode); \
         if (fd >= 0 ? reading(flags) : 1) outcome(fd >= 0, AT_FDCWD, path, 'r'); \
+        else put('w', AT_FDCWD, path); \
         return fd; }
 OPEN(open)
 OPEN(open64)
@@ -148,6 +155,7 @@ OPEN(open64)
         REAL(name); va_list ap; va_start(ap, flags); mode_t mode = mode_of(flags, ap); va_end(ap); \
         int fd = real(dirfd, path, flags, mode); \
         if (fd >= 0 ? reading(flags) : 1) outcome(fd >= 0, dirfd, path, 'r'); \
+        else put('w', dirfd, path); \
         return fd; }
 OPENAT(openat)
 OPENAT(openat64)
@@ -170,7 +178,8 @@ OPENAT2(__openat64_2)
 #define FOPEN(name) \
     FILE *name(const char *path, const char *mode) { REAL(name); FILE *f = real(path, mode); \
         int plain_read = mode && mode[0] == 'r' && strchr(mode, '+') == NULL; \
-        if (f ? plain_read : 1) { outcome(f != NULL, AT_FDCWD, path, 'r'); } return f; }
+        if (f ? plain_read : 1) { outcome(f != NULL, AT_FDCWD, path, 'r'); } else put('w', AT_FDCWD, path); \
+        return f; }
 FOPEN(fopen)
 FOPEN(fopen64)
 
@@ -233,6 +242,97 @@ char *secure_getenv(const char *name) {
     put('e', AT_FDCWD, name);
     return real(name);
 }
+
+/* ---- what the build changes: a folder it writes in is its own work ---- */
+
+int unlink(const char *path) { REAL(unlink); int rc = real(path); if (rc == 0) put('w', AT_FDCWD, path); return rc; }
+int rmdir(const char *path) { REAL(rmdir); int rc = real(path); if (rc == 0) put('w', AT_FDCWD, path); return rc; }
+int mkdir(const char *path, mode_t mode) {
+    REAL(mkdir); int rc = real(path, mode); if (rc == 0) put('w', AT_FDCWD, path); return rc; }
+int unlinkat(int dirfd, const char *path, int flags) {
+    REAL(unlinkat); int rc = real(dirfd, path, flags); if (rc == 0) put('w', dirfd, path); return rc; }
+int mkdirat(int dirfd, const char *path, mode_t mode) {
+    REAL(mkdirat); int rc = real(dirfd, path, mode); if (rc == 0) put('w', dirfd, path); return rc; }
+int rename(const char *from, const char *to) {
+    REAL(rename); int rc = real(from, to);
+    if (rc == 0) { put('w', AT_FDCWD, from); put('w', AT_FDCWD, to); } return rc; }
+int renameat(int fromfd, const char *from, int tofd, const char *to) {
+    REAL(renameat); int rc = real(fromfd, from, tofd, to);
+    if (rc == 0) { put('w', fromfd, from); put('w', tofd, to); } return rc; }
+int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
+    REAL(renameat2); int rc = real(fromfd, from, tofd, to, flags);
+    if (rc == 0) { put('w', fromfd, from); put('w', tofd, to); } return rc; }
+
+/* ---- folders listed: glibc's own callers of opendir (scandir, glob) call it inside libc ---- */
+
+static void put_fd(char kind, int fd) {
+    char link[64], where[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t got = readlink(link, where, sizeof where - 1);
+    if (got > 0 && where[0] == '/') { where[got] = '\0'; put(kind, AT_FDCWD, where); }
+}
+
+DIR *opendir(const char *path) {
+    REAL(opendir);
+    DIR *dir = real(path);
+    outcome(dir != NULL, AT_FDCWD, path, 'l');
+    return dir;
+}
+
+DIR *fdopendir(int fd) {
+    REAL(fdopendir);
+    int saved = errno;
+    DIR *dir = real(fd);
+    if (dir != NULL) { put_fd('l', fd); errno = saved; }
+    return dir;
+}
+
+#define SCANDIR(name, entry) \
+    int name(const char *path, struct entry ***list, int (*keep)(const struct entry *), \
+             int (*order)(const struct entry **, const struct entry **)) { \
+        REAL(name); int n = real(path, list, keep, order); outcome(n >= 0, AT_FDCWD, path, 'l'); return n; }
+SCANDIR(scandir, dirent)
+SCANDIR(scandir64, dirent64)
+
+int scandirat(int dirfd, const char *path, struct dirent ***list, int (*keep)(const struct dirent *),
+              int (*order)(const struct dirent **, const struct dirent **)) {
+    REAL(scandirat);
+    int n = real(dirfd, path, list, keep, order);
+    outcome(n >= 0, dirfd, path, 'l');
+    return n;
+}
+
+/* The folder a pattern lists first (its parts before the first with a wildcard), and the
+ * folder of each match (the deeper folders it listed to find them). */
+static void globbed(const char *pattern, size_t count, char **found) {
+    if (pattern == NULL) return;
+    char fixed[PATH_MAX];
+    size_t end = 0, i = 0;
+    for (; pattern[i] && i < sizeof fixed - 1; i++) {
+        if (strchr("*?[", pattern[i]) != NULL) break;
+        if (pattern[i] == '/') end = i;
+    }
+    if (pattern[i] == '\0') return;  /* no wildcard: nothing was listed */
+    if (end == 0 && pattern[0] == '/') end = 1;
+    memcpy(fixed, pattern, end);
+    fixed[end] = '\0';
+    put('l', AT_FDCWD, end ? fixed : ".");
+    for (size_t k = 0; k < count && found && found[k]; k++) {
+        const char *slash = strrchr(found[k], '/');
+        if (slash == NULL || (size_t)(slash - found[k]) >= sizeof fixed) continue;
+        memcpy(fixed, found[k], (size_t)(slash - found[k]));
+        fixed[slash - found[k]] = '\0';
+        if (fixed[0]) put('l', AT_FDCWD, fixed);
+    }
+}
+
+#define GLOB(name, type) \
+    int name(const char *pattern, int flags, int (*err)(const char *, int), type *out) { \
+        REAL(name); int rc = real(pattern, flags, err, out); int saved = errno; \
+        globbed(pattern, rc == 0 && out ? out->gl_pathc : 0, rc == 0 && out ? out->gl_pathv : NULL); \
+        errno = saved; return rc; }
+GLOB(glob, glob_t)
+GLOB(glob64, glob64_t)
 
 /* ---- every process started is named by the one that starts it ---- */
 

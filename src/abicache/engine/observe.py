@@ -25,7 +25,7 @@ import os
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 SOURCE = Path(__file__).with_name("observe.c")
 LIBRARY = "libabicache_observe.so"
@@ -44,6 +44,8 @@ class Observed(NamedTuple):
     programs: frozenset[str]  # the programs that ran (and reported)
     unobserved: frozenset[str] = frozenset()  # programs that ran and did not report, as they were named
     rooted: bool = False  # the command's own program reported
+    listed: frozenset[str] = frozenset()  # folders listed (a tool that picks among what a folder holds)
+    written: frozenset[str] = frozenset()  # created, written, removed or renamed by the build
 
     @property
     def complete(self) -> bool:
@@ -57,7 +59,7 @@ COMMAND = "the command's own program"
 
 
 def parse(data: bytes) -> Observed:
-    sets: dict[str, set[str]] = {k: set() for k in "rsmexU"}
+    sets: dict[str, set[str]] = {k: set() for k in "rsmexUlw"}
     pending: dict[bytes, bytes] = {}  # pid -> the program it is about to exec
     spawned: dict[bytes, bytes] = {}  # pid -> the program it was spawned to run
     started: set[bytes] = set()  # pids that reported a start
@@ -88,7 +90,8 @@ def parse(data: bytes) -> Observed:
     lost = [*pending.values(), *(path for pid, path in spawned.items() if pid not in started)]
     sets["x"].update(os.fsdecode(path) for pid, path in spawned.items() if pid in started and path.startswith(b"/"))
     unobserved = frozenset({os.fsdecode(p) for p in lost} | sets["U"] | (set() if rooted else {COMMAND}))
-    return Observed(*(frozenset(sets[k]) for k in "rsmex"), unobserved, rooted)
+    return Observed(*(frozenset(sets[k]) for k in "rsmex"), unobserved, rooted, frozenset(sets["l"]),
+                    frozenset(sets["w"]))
 
 
 class Session(NamedTuple):
@@ -113,7 +116,35 @@ class Session(NamedTuple):
         if why:
             return seen._replace(unobserved=seen.unobserved | {why})
         at = _found(command[0], cwd)  # the command's program where it was found, links and all
-        return seen._replace(programs=seen.programs | {at}) if at and seen.rooted else seen
+        if at and seen.rooted:
+            seen = seen._replace(programs=seen.programs | {at})
+        return seen._replace(env=seen.env | script_variables(seen.programs))
+
+
+#: what a script reads at most, looking for the variables it names
+SCRIPT_BYTES = 1 << 20
+
+
+def script_variables(programs: Iterable[str]) -> frozenset[str]:
+    """The variables the scripts among programs name: a shell or an interpreter reads its
+    environment whole at its start (no getenv to see), so a wrapper that picks a compiler or
+    a flag from a variable is steered by every variable it names: `$NAME`, `${NAME...}`,
+    `environ["NAME"]`, `environ.get("NAME")`, `getenv("NAME")`, `$ENV{NAME}`. A name the
+    script sets itself is recorded too (unset, mostly): a needless input, never a missed one."""
+    import re
+
+    names: set[str] = set()
+    pattern = re.compile(rb"""\$\{?([A-Za-z_][A-Za-z0-9_]*)|"""
+                         rb"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\s*\(\s*|\$ENV\{\s*)["']?([A-Za-z_][A-Za-z0-9_]*)""")
+    for path in programs:
+        try:
+            with open(path, "rb") as f:
+                text = f.read(SCRIPT_BYTES)
+        except OSError:
+            continue
+        if text.startswith(b"#!"):
+            names.update(os.fsdecode(a or b) for a, b in pattern.findall(text))
+    return frozenset(names)
 
 
 def _found(program: str, cwd: str) -> str | None:

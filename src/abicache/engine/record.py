@@ -13,6 +13,10 @@ records (observe.py) and the compiler's dependency file together.
 - Paths looked for and not found, outside the same places: grouped under the
   nearest folder that existed (manifest.Absent).
 - Variables read, but those known to change nothing (steer.HARMLESS).
+- Folders listed (opendir, scandir, glob), outside the same places, other
+  than those the build wrote in (its own work), by the names in them
+  (deps.listing_digest): a tool that picks among versions by listing a folder
+  picks another when an entry appears there.
 
 Without the observer the dependency file alone gives the files read (the
 preprocessor's); with neither, nothing is known of what the compiler read,
@@ -28,7 +32,7 @@ import stat
 import uuid
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Sequence
 
-from ..store.deps import env_digest, is_system
+from ..store.deps import env_digest, is_system, listing_digest
 from ..store.manifest import Absent, Dependency, System, system_digest
 from . import roots, steer
 from . import tree as trees
@@ -78,15 +82,16 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
     missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read) if seen and observed \
         else []
-    odd_bytes = next((p for p in [*files, *programs, *missing] if not _utf8(p)), None)
-    if odd_bytes is not None:
-        return Record([_never(f"a tool read or looked for {odd_bytes!r}, a name that is not UTF-8, which "
-                              "abicache cannot record")], [], [], [])
+    broken = next((p for p in [*files, *programs] if "\n" in p), None)  # names a system group joins by lines
+    if broken is not None:
+        return Record([_never(f"a tool read {broken!r}, a path with a line break, which abicache cannot record")],
+                      [], [], [])
     deps, system = _split(files, programs, tree.bases, memo_dir)
     if not seen:
         return Record(deps, [], [], system)
     assert observed is not None
     absent, odd = _grouped(missing, tree.bases)
+    deps += _listings(observed.listed, observed.written, cwd, outside, tree.bases)
     env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
     if odd:
         deps.append(_never(f"a tool looked for {odd!r}, a path with a line break, which abicache cannot record"))
@@ -114,6 +119,28 @@ def _split(files: list[str], programs: list[str], bases: Mapping[str, str],
         names = [n for n, _ in entries]
         system.append(System(folder, "\n".join(names), system_digest(names, [sha for _, sha in entries])))
     return deps, system
+
+
+def _listings(listed: Iterable[str], written: Iterable[str], cwd: str, outside: roots.Within,
+              bases: Mapping[str, str]) -> list[Dependency]:
+    """The folders listed, each by its names now, but those the build wrote in (a folder
+    gone since was a tool's own too)."""
+    changed = {roots.normal(p, cwd) for p in written}
+    own = changed | {os.path.dirname(p) for p in changed}
+    out = []
+    for folder in sorted({roots.normal(p, cwd) for p in listed}):
+        if outside(folder) or folder in own:
+            continue
+        if "\n" in folder:
+            out.append(_never(f"a tool listed {folder!r}, a path with a line break, which abicache cannot record"))
+            continue
+        try:
+            digest = listing_digest(folder)
+        except OSError:
+            continue
+        base, rel = trees.locate(folder, bases)
+        out.append(Dependency(base, rel or ".", digest))
+    return out
 
 
 def _unobserved(observed: Observed) -> str:
@@ -170,15 +197,6 @@ def _is_dir(folder: str, known: dict[str, bool]) -> bool:
     if found is None:
         found = known[folder] = os.path.isdir(folder)
     return found
-
-
-def _utf8(path: str) -> bool:
-    """Whether a path is text a manifest can hold (a name of other bytes comes as lone surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _never(why: str) -> Dependency:

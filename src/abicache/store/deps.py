@@ -29,7 +29,7 @@ from array import array
 from typing import Mapping, Sequence
 
 from . import blobs, stamps
-from .manifest import UNSET, Absent, Dependency, System, system_digest
+from .manifest import LISTING, UNSET, Absent, Dependency, System, system_digest
 from .watch import Watch
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
@@ -57,16 +57,23 @@ def _settled(w: Witness, seen_ns: int | None = None) -> bool:
 
 def digest(path: str, w: Witness, remembered: Mapping[str, Sequence[int]], recorded: str,
            seen_ns: int | None = None) -> str:
-    """The file's sha256, from a witness where one vouches for it."""
+    """The file's sha256 (a folder's: its listing's), from a witness where one vouches for it."""
     known = _known.get(path)
     if known is not None and known[0] == w:
         return known[1]
     if remembered.get(path) == [*w]:  # the stamp (JSON lists): at this witness it held `recorded`
         return recorded
-    sha, _ = blobs.hash_file(path)  # type: ignore[arg-type]
+    sha = listing_digest(path) if recorded.startswith(LISTING) else blobs.hash_file(path)[0]  # type: ignore[arg-type]
     if _settled(w, seen_ns):
         _known[path] = (w, sha)
     return sha
+
+
+def listing_digest(folder: str) -> str:
+    """What a tool that lists the folder sees: its names (as bytes), sorted. Any name created,
+    removed or renamed there moves the folder's witness too, so a lookup lists it only then."""
+    names = sorted(os.listdir(os.fsencode(folder)))
+    return LISTING + hashlib.sha256(b"\0".join(names)).hexdigest()
 
 
 def env_digest(name: str) -> str:
@@ -198,7 +205,7 @@ def first_changed(deps: Sequence[Dependency], bases: Mapping[str, str],
             st = os.stat(path)
         except OSError:
             return dep, current
-        if not stat.S_ISREG(st.st_mode):
+        if not (stat.S_ISDIR(st.st_mode) if dep.sha256.startswith(LISTING) else stat.S_ISREG(st.st_mode)):
             return dep, current  # never read a device or a pipe in its place
         w = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if digest(path, w, remembered, dep.sha256, seen) != dep.sha256:
@@ -382,6 +389,7 @@ def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
     paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
     folders = [p for p in (resolve(Dependency(a.base, a.folder, ""), bases) for a in absent) if p is not None]
     folders += [g.folder for g in system]  # a package upgrade renames files into it
+    folders += [p for d in deps if d.sha256.startswith(LISTING) and (p := resolve(d, bases)) is not None]
     watch = Watch(paths, folders)
     changed, current = first_changed(deps, bases, remembered, absent, env, system)
     if changed is not None:

@@ -214,7 +214,8 @@ def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), ab
         listed += "\0env\0" + "\n".join(f"{n}\0{v}" for n, v in sorted(env))
     if system:
         listed += "\0system\0" + "\n".join("\0".join(g) for g in sorted(system))
-    return hashlib.sha256(f"variant-v2\0{requirements}\0{listed}".encode()).hexdigest()[:16]
+    text = f"variant-v2\0{requirements}\0{listed}"  # a name of bytes that are not UTF-8 counts by its bytes
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def variant_of(manifest: Manifest) -> str:
@@ -345,9 +346,12 @@ _new_record = functools.partial(tuple.__new__, FileRecord)
 
 _DEP_BASE = r"[a-z][a-z0-9_]{0,31}"
 _DEP_SHA = _SHA
+#: a dependency whose sha256 starts so (then 64 hex digits) is a folder a tool listed, by its names (deps.listing_digest)
+LISTING = "listing:"
 #: a path's characters: printable (a backslash is a file name's character on POSIX: the
-#: compiler reads `a\b.h` as that name, and a dependency is only stat'ed and hashed)
-_DEP_CHARS = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,4096}"
+#: compiler reads `a\b.h` as that name, and a dependency is only stat'ed and hashed), and
+#: bytes that are not UTF-8 as Python names them (surrogateescape: U+DC80 to U+DCFF)
+_DEP_CHARS = r"[^\x00-\x1f\x7f-\x9f\ud800-\udc7f\udd00-\udfff]{1,4096}"
 
 
 def _deps(doc: Mapping[str, Any], local: bool) -> tuple[Dependency, ...]:
@@ -442,8 +446,12 @@ def _good_dep(item: Any) -> bool:
     if type(item) is not list or len(item) != 3 or not all(type(x) is str for x in item):
         return False
     base, path, sha = item
-    if not (_DEP_SHA.fullmatch(sha) and _pattern(_DEP_BASE).fullmatch(base) and _pattern(_DEP_CHARS).fullmatch(path)):
+    listing = sha.startswith(LISTING) and bool(_SHA.fullmatch(sha[len(LISTING):]))
+    if not ((listing or _DEP_SHA.fullmatch(sha)) and _pattern(_DEP_BASE).fullmatch(base)
+            and _pattern(_DEP_CHARS).fullmatch(path)):
         return False
+    if listing and path == "." and base != "abs":
+        return True  # a base's own folder listed
     if path.startswith("/") != (base == "abs") or path == "/":
         return False
     # '..' may stand: the compiler's path, resolved by the kernel through the links it meets
