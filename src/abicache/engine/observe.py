@@ -139,11 +139,10 @@ def script_variables(programs: Iterable[str]) -> frozenset[str]:
     for path in programs:
         try:
             with open(path, "rb") as f:
-                text = f.read(SCRIPT_BYTES)
+                text = f.read(SCRIPT_BYTES) if f.read(2) == b"#!" else b""  # a compiler's MBs: 2 bytes read
         except OSError:
             continue
-        if text.startswith(b"#!"):
-            names.update(os.fsdecode(a or b) for a, b in pattern.findall(text))
+        names.update(os.fsdecode(a or b) for a, b in pattern.findall(text))
     return frozenset(names)
 
 
