@@ -74,9 +74,7 @@ def _free_slot(folder: Path, mode: int) -> int | None:
 def import_root() -> Path:
     """The folder this abicache is imported from: the one that holds the package (never the
     package's own folder, whose modules torch.py and triton.py would stand for torch and triton)."""
-    import abicache
-
-    return Path(abicache.__file__).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent.parent  # frontends/ -> abicache/ -> the folder
 
 
 def _spawn(cache: Cache, key: str, fds: list[int]) -> None:
