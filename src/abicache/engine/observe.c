@@ -14,9 +14,8 @@
  *   e NAME   environment variable read
  *   l PATH   a folder listed (opendir, fdopendir, scandir, glob: a tool that picks among
  *            versions by listing a folder picks another when an entry appears)
- *   w PATH   opened to write or create (a folder the build writes in is its own work, not
- *            an input: its listing is not recorded). Removals and renames are not wrapped:
- *            a driver removes its temporary files from a signal handler.
+ *   w PATH   created, written, removed or renamed (a folder the build writes in is its own
+ *            work, not an input: its listing is not recorded)
  *   x PID:PATH   the program of this process (from its start)
  *   R PID:       this process was started by abicache (ABICACHE_TRACE_PARENT)
  *   X PID:PATH   this process is about to exec PATH (where it is found: found() below)
@@ -243,6 +242,45 @@ char *secure_getenv(const char *name) {
     put('e', AT_FDCWD, name);
     return real(name);
 }
+
+/* ---- what the build changes: a folder it writes in is its own work ----
+ * A driver removes its temporary files from a signal handler (gcc on SIGINT): these are
+ * resolved when the library loads, never by dlsym inside a handler (not async-signal-safe:
+ * a handler that interrupted malloc or the loader would wait for ever). */
+
+static int (*real_unlink)(const char *), (*real_rmdir)(const char *), (*real_mkdir)(const char *, mode_t);
+static int (*real_unlinkat)(int, const char *, int), (*real_mkdirat)(int, const char *, mode_t);
+static int (*real_rename)(const char *, const char *), (*real_renameat)(int, const char *, int, const char *);
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned int);
+
+__attribute__((constructor)) static void resolve_changes(void) {
+    real_unlink = (__typeof__(real_unlink))dlsym(RTLD_NEXT, "unlink");
+    real_rmdir = (__typeof__(real_rmdir))dlsym(RTLD_NEXT, "rmdir");
+    real_mkdir = (__typeof__(real_mkdir))dlsym(RTLD_NEXT, "mkdir");
+    real_unlinkat = (__typeof__(real_unlinkat))dlsym(RTLD_NEXT, "unlinkat");
+    real_mkdirat = (__typeof__(real_mkdirat))dlsym(RTLD_NEXT, "mkdirat");
+    real_rename = (__typeof__(real_rename))dlsym(RTLD_NEXT, "rename");
+    real_renameat = (__typeof__(real_renameat))dlsym(RTLD_NEXT, "renameat");
+    real_renameat2 = (__typeof__(real_renameat2))dlsym(RTLD_NEXT, "renameat2");
+}
+
+#define CHANGED(call, ...) do { int rc_ = (call); if (rc_ == 0) { __VA_ARGS__; } return rc_; } while (0)
+#define LOADED(fn) if (real_##fn == NULL) resolve_changes()
+
+int unlink(const char *path) { LOADED(unlink); CHANGED(real_unlink(path), put('w', AT_FDCWD, path)); }
+int rmdir(const char *path) { LOADED(rmdir); CHANGED(real_rmdir(path), put('w', AT_FDCWD, path)); }
+int mkdir(const char *path, mode_t mode) { LOADED(mkdir); CHANGED(real_mkdir(path, mode), put('w', AT_FDCWD, path)); }
+int unlinkat(int dirfd, const char *path, int flags) {
+    LOADED(unlinkat); CHANGED(real_unlinkat(dirfd, path, flags), put('w', dirfd, path)); }
+int mkdirat(int dirfd, const char *path, mode_t mode) {
+    LOADED(mkdirat); CHANGED(real_mkdirat(dirfd, path, mode), put('w', dirfd, path)); }
+int rename(const char *from, const char *to) {
+    LOADED(rename); CHANGED(real_rename(from, to), put('w', AT_FDCWD, from); put('w', AT_FDCWD, to)); }
+int renameat(int fromfd, const char *from, int tofd, const char *to) {
+    LOADED(renameat); CHANGED(real_renameat(fromfd, from, tofd, to), put('w', fromfd, from); put('w', tofd, to)); }
+int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
+    LOADED(renameat2);
+    CHANGED(real_renameat2(fromfd, from, tofd, to, flags), put('w', fromfd, from); put('w', tofd, to)); }
 
 /* ---- folders listed: glibc's own callers of opendir (scandir, glob) call it inside libc ---- */
 

@@ -45,7 +45,7 @@ class Observed(NamedTuple):
     unobserved: frozenset[str] = frozenset()  # programs that ran and did not report, as they were named
     rooted: bool = False  # the command's own program reported
     listed: frozenset[str] = frozenset()  # folders listed (a tool that picks among what a folder holds)
-    written: frozenset[str] = frozenset()  # opened to write or create by the build
+    written: frozenset[str] = frozenset()  # created, written, removed or renamed by the build
 
     @property
     def complete(self) -> bool:
