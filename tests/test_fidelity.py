@@ -1098,3 +1098,32 @@ def test_a_variable_a_script_run_by_the_build_reads_steers_it(tmp_path: Path) ->
     write(bins / "cc-wrapped", '#!/bin/sh\nexec c++ "$@"\n').chmod(0o755)
     assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
     assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env={**env, "PICK": "2"})["value"] == 2
+
+
+# ---- the working folder ---------------------------------------------------------------------------
+
+def test_a_tree_with_absolute_paths_built_from_another_working_folder_is_a_hit(tmp_path: Path) -> None:
+    """No -g: the working folder steers nothing in the output, so the build made from one
+    folder is the hit from another."""
+    write(tmp_path / "p" / "x.cpp", '#include "v.h"\nextern "C" int f() { return VALUE; }\n')
+    write(tmp_path / "p" / "y.cpp", '#include "v.h"\nextern "C" int g() { return VALUE; }\n')
+    write(tmp_path / "p" / "v.h", header(1))
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    sources = [str(tmp_path / "p" / "x.cpp"), str(tmp_path / "p" / "y.cpp")]
+    store, cflags = tmp_path / "store", [f"-I{tmp_path / 'p'}"]
+    assert fresh(store, sources, cwd=tmp_path / "here", cflags=cflags)["origin"] == "built"
+    assert fresh(store, sources, cwd=tmp_path / "there", cflags=cflags)["origin"] == "local"
+
+
+def test_relative_paths_in_one_process_follow_the_working_folder(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same relative source and -I folder from two working folders are two projects:
+    the in-process memo answers for the folder it was asked from."""
+    for value, folder in ((1, "a"), (2, "b")):
+        write(tmp_path / folder / "src" / "x.cpp", UNIT)
+        write(tmp_path / folder / "inc" / "v.h", header(value))
+    cache = Cache(tmp_path / "store")
+    for folder, value in (("a", 1), ("b", 2), ("a", 1), ("b", 2)):
+        monkeypatch.chdir(tmp_path / folder)
+        assert cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinc"], cache=cache).f() == value
