@@ -160,6 +160,19 @@ def _opt_folder() -> Path | None:
     return _MADE[-1]
 
 
+SHELL_STRING_WRAPPER = r"""
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  char** args = calloc(argc + 5, sizeof *args);
+  args[0] = "sh"; args[1] = "-c"; args[2] = "exec c++ -DVALUE=\"${PICK:-1}\" \"$@\""; args[3] = "sh";
+  for (int i = 1; i < argc; i++) args[i + 3] = argv[i];
+  execv("/bin/sh", args);
+  return 127;
+}
+"""
+
+
 def _newest_wrapper(proj: Path) -> None:
     _write(proj / "tools" / "cxx", f'#!/bin/sh\nfor v in "{proj}"/versions/*; do n=$v; done\n'
            'exec c++ -include "$n/v.h" "$@"\n')
@@ -202,6 +215,10 @@ def second_layer(work: Path) -> list[Case]:
              {"x.cpp": VALUED, "tools/cxx": '#!/bin/sh\nexec c++ -DVALUE="${PICK:-1}" "$@"\n'}, [], [],
              {"CXX": "{proj}/tools/cxx", "PICK": "1"}, lambda p: {"CXX": "{proj}/tools/cxx", "PICK": "2"}, 2,
              setup=lambda p: (p / "tools" / "cxx").chmod(0o755)),
+        Case("a compiled wrapper runs `sh -c` with a variable in the command string, which changes",
+             {"x.cpp": VALUED}, [], [], {"CXX": "{proj}/tools/cxx", "PICK": "1"},
+             lambda p: {"CXX": "{proj}/tools/cxx", "PICK": "2"}, 2,
+             setup=lambda p: _cc(SHELL_STRING_WRAPPER, p / "tools" / "cxx")),
     ]
     if Path(plugin_headers.strip(), "include", "gcc-plugin.h").is_file():
         out.append(Case("a gcc plugin (-fplugin=) rebuilt", {"x.cpp": VALUED}, ["-fplugin={proj}/tools/value.so"],

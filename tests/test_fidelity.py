@@ -1127,3 +1127,45 @@ def test_relative_paths_in_one_process_follow_the_working_folder(tmp_path: Path,
     for folder, value in (("a", 1), ("b", 2), ("a", 1), ("b", 2)):
         monkeypatch.chdir(tmp_path / folder)
         assert cc.load_library("x", [Path("src/x.cpp")], cflags=["-Iinc"], cache=cache).f() == value
+
+
+#: a compiled wrapper that hands the compile to a shell's command string (no script file names the variable)
+SHELL_STRING_WRAPPER = r"""
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  char** args = calloc(argc + 5, sizeof *args);
+  args[0] = "sh"; args[1] = "-c"; args[2] = "exec c++ -DVALUE=\"${PICK:-1}\" \"$@\""; args[3] = "sh";
+  for (int i = 1; i < argc; i++) args[i + 3] = argv[i];
+  execv("/bin/sh", args);
+  return 127;
+}
+"""
+
+
+def test_a_variable_a_shell_command_string_reads_steers_the_build(tmp_path: Path) -> None:
+    """`sh -c '... ${PICK} ...'` from a compiled wrapper: the variable is named only in the
+    command string, which the observer now records from the exec."""
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    src = write(tmp_path / "sw.c", SHELL_STRING_WRAPPER)
+    subprocess.run(["cc", "-O2", str(src), "-o", str(tmp_path / "sw")], check=True)
+    store, env = tmp_path / "store", {"CXX": str(tmp_path / "sw"), "PICK": "1"}
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["value"] == 1
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)["origin"] == "local"
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env={**env, "PICK": "2"})["value"] == 2
+
+
+def test_a_shell_command_string_too_long_to_record_leaves_the_build_uncached(tmp_path: Path) -> None:
+    """A command string over the observer's record is not dropped in silence: what it names is
+    unknown, so the build is loaded and not cached, and the warning says why."""
+    (tmp_path / "src").mkdir()
+    write(tmp_path / "src" / "x.cpp", VALUED_BARE)
+    padded = SHELL_STRING_WRAPPER.replace('"exec c++', '": ' + "x" * 9000 + '; exec c++')
+    src = write(tmp_path / "sw.c", padded)
+    subprocess.run(["cc", "-O2", str(src), "-o", str(tmp_path / "sw")], check=True)
+    store, env = tmp_path / "store", {"CXX": str(tmp_path / "sw"), "PICK": "1"}
+    first = fresh(store, ["src/x.cpp"], cwd=tmp_path, env=env)
+    assert first["value"] == 1
+    assert any("not cached" in w and "too long to record" in w for w in first["warnings"]), first["warnings"]
+    assert fresh(store, ["src/x.cpp"], cwd=tmp_path, env={**env, "PICK": "2"})["value"] == 2

@@ -14,6 +14,8 @@
  *   e NAME   environment variable read
  *   l PATH   a folder listed (opendir, fdopendir, scandir, glob: a tool that picks among
  *            versions by listing a folder picks another when an entry appears)
+ *   c TEXT   a command string a shell is given (`sh -c TEXT`, system(), popen()): the
+ *            shell reads the variables it names from its environment, never through getenv
  *   w PATH   created, written, removed or renamed (a folder the build writes in is its own
  *            work, not an input: its listing is not recorded)
  *   x PID:PATH   the program of this process (from its start)
@@ -59,7 +61,7 @@ static void put(char kind, int dirfd, const char *path) {
     char line[RECORD_MAX];
     size_t n = 0;
     line[n++] = kind;
-    if (kind != 'e' && path[0] != '/') {
+    if (kind != 'e' && kind != 'c' && path[0] != '/') {
         if (dirfd == AT_FDCWD) {
             if (getcwd(line + n, PATH_MAX) == NULL) { errno = saved; return; }
             n += strlen(line + n);
@@ -396,8 +398,23 @@ static const char *found(const char *file, int search, char *out, size_t size) {
     }
 }
 
+/* The text after each "-c" of a command line (a shell's command string; a compiler's -c is
+ * followed by a source's name, which names no variable). */
+static void put_command(const char *text) {
+    if (strnlen(text, RECORD_MAX) + 2 > RECORD_MAX)  /* too long for a record: the build is not trusted */
+        put('U', AT_FDCWD, "/bin/sh (a command string too long to record)");
+    else
+        put('c', AT_FDCWD, text);
+}
+
+static void commands(char *const argv[]) {
+    for (char *const *a = argv; a && *a && a[1]; a++)
+        if (strcmp(*a, "-c") == 0) put_command(a[1]);
+}
+
 #define EXEC_BEFORE(path, search) \
-    char where_[PATH_MAX]; put_pid('X', (long)getpid(), found((path), (search), where_, sizeof where_))
+    char where_[PATH_MAX]; put_pid('X', (long)getpid(), found((path), (search), where_, sizeof where_)); \
+    commands(argv)
 #define EXEC_FAILED() put_pid('F', (long)getpid(), NULL)
 
 int execve(const char *path, char *const argv[], char *const envp[]) {
@@ -448,7 +465,7 @@ int execle(const char *path, const char *arg, ...) {
         REAL(name); pid_t child = 0; char where[PATH_MAX]; \
         const char *as_found = found(path, (search), where, sizeof where); \
         int rc = real(&child, path, actions, attr, argv, envp); \
-        if (rc == 0) put_pid('S', (long)child, as_found); \
+        if (rc == 0) { put_pid('S', (long)child, as_found); commands(argv); } \
         if (pid) { *pid = child; } \
         return rc; }
 SPAWN(posix_spawn, 0)
@@ -459,11 +476,13 @@ SPAWN(posix_spawnp, 1)
 int system(const char *command) {
     REAL(system);
     if (command && !preloaded(environ)) put('U', AT_FDCWD, "/bin/sh");
+    if (command) put_command(command);
     return real(command);
 }
 FILE *popen(const char *command, const char *mode) {
     REAL(popen);
     if (!preloaded(environ)) put('U', AT_FDCWD, "/bin/sh");
+    if (command) put_command(command);
     return real(command, mode);
 }
 

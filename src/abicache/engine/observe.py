@@ -46,6 +46,7 @@ class Observed(NamedTuple):
     rooted: bool = False  # the command's own program reported
     listed: frozenset[str] = frozenset()  # folders listed (a tool that picks among what a folder holds)
     written: frozenset[str] = frozenset()  # created, written, removed or renamed by the build
+    commands: frozenset[str] = frozenset()  # command strings given to a shell (sh -c, system, popen)
 
     @property
     def complete(self) -> bool:
@@ -59,7 +60,7 @@ COMMAND = "the command's own program"
 
 
 def parse(data: bytes) -> Observed:
-    sets: dict[str, set[str]] = {k: set() for k in "rsmexUlw"}
+    sets: dict[str, set[str]] = {k: set() for k in "rsmexUlwc"}
     pending: dict[bytes, bytes] = {}  # pid -> the program it is about to exec
     spawned: dict[bytes, bytes] = {}  # pid -> the program it was spawned to run
     started: set[bytes] = set()  # pids that reported a start
@@ -90,8 +91,8 @@ def parse(data: bytes) -> Observed:
     lost = [*pending.values(), *(path for pid, path in spawned.items() if pid not in started)]
     sets["x"].update(os.fsdecode(path) for pid, path in spawned.items() if pid in started and path.startswith(b"/"))
     unobserved = frozenset({os.fsdecode(p) for p in lost} | sets["U"] | (set() if rooted else {COMMAND}))
-    return Observed(*(frozenset(sets[k]) for k in "rsmex"), unobserved, rooted, frozenset(sets["l"]),
-                    frozenset(sets["w"]))
+    return Observed(*(frozenset(sets[k]) for k in "rsmex"), unobserved, rooted,
+                    *(frozenset(sets[k]) for k in "lwc"))
 
 
 class Session(NamedTuple):
@@ -118,7 +119,8 @@ class Session(NamedTuple):
         at = _found(command[0], cwd)  # the command's program where it was found, links and all
         if at and seen.rooted:
             seen = seen._replace(programs=seen.programs | {at})
-        return seen._replace(env=seen.env | script_variables(seen.programs))
+        named = script_variables(seen.programs) | named_variables("\n".join(seen.commands).encode(errors="surrogateescape"))
+        return seen._replace(env=seen.env | named)
 
 
 #: what a script reads at most, looking for the variables it names
@@ -128,22 +130,27 @@ SCRIPT_BYTES = 1 << 20
 def script_variables(programs: Iterable[str]) -> frozenset[str]:
     """The variables the scripts among programs name: a shell or an interpreter reads its
     environment whole at its start (no getenv to see), so a wrapper that picks a compiler or
-    a flag from a variable is steered by every variable it names: `$NAME`, `${NAME...}`,
-    `environ["NAME"]`, `environ.get("NAME")`, `getenv("NAME")`, `$ENV{NAME}`. A name the
-    script sets itself is recorded too (unset, mostly): a needless input, never a missed one."""
-    import re
-
+    a flag from a variable is steered by every variable it names (named_variables)."""
     names: set[str] = set()
-    pattern = re.compile(rb"""\$\{?([A-Za-z_][A-Za-z0-9_]*)|"""
-                         rb"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\s*\(\s*|\$ENV\{\s*)["']?([A-Za-z_][A-Za-z0-9_]*)""")
     for path in programs:
         try:
             with open(path, "rb") as f:
                 text = f.read(SCRIPT_BYTES) if f.read(2) == b"#!" else b""  # a compiler's MBs: 2 bytes read
         except OSError:
             continue
-        names.update(os.fsdecode(a or b) for a, b in pattern.findall(text))
+        names |= named_variables(text)
     return frozenset(names)
+
+
+def named_variables(text: bytes) -> frozenset[str]:
+    """`$NAME`, `${NAME...}`, `environ["NAME"]`, `environ.get("NAME")`, `getenv("NAME")` and
+    `$ENV{NAME}` in a script or a shell's command string. A name the script sets itself is
+    named too (unset, mostly): a needless input, never a missed one."""
+    import re
+
+    pattern = re.compile(rb"""\$\{?([A-Za-z_][A-Za-z0-9_]*)|"""
+                         rb"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\s*\(\s*|\$ENV\{\s*)["']?([A-Za-z_][A-Za-z0-9_]*)""")
+    return frozenset(os.fsdecode(a or b) for a, b in pattern.findall(text))
 
 
 def _found(program: str, cwd: str) -> str | None:
