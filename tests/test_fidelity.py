@@ -1161,7 +1161,7 @@ def test_a_shell_command_string_too_long_to_record_leaves_the_build_uncached(tmp
     unknown, so the build is loaded and not cached, and the warning says why."""
     (tmp_path / "src").mkdir()
     write(tmp_path / "src" / "x.cpp", VALUED_BARE)
-    padded = SHELL_STRING_WRAPPER.replace('"exec c++', '": ' + "x" * 9000 + '; exec c++')
+    padded = SHELL_STRING_WRAPPER.replace('"exec c++', '": ' + "x" * 5000 + '; exec c++')  # over a path's 4 KiB
     src = write(tmp_path / "sw.c", padded)
     subprocess.run(["cc", "-O2", str(src), "-o", str(tmp_path / "sw")], check=True)
     store, env = tmp_path / "store", {"CXX": str(tmp_path / "sw"), "PICK": "1"}

@@ -482,3 +482,21 @@ def test_a_source_installs_libtriton_is_in_the_key(tmp_path: Path) -> None:
     one = _key_of(_standin_triton(tmp_path / "a", b"\0one", direct_url=True))
     two = _key_of(_standin_triton(tmp_path / "b", b"\0two", direct_url=True))
     assert one != two
+
+
+def test_a_libtriton_rebuilt_in_place_changes_the_key_in_the_same_process(tmp_path: Path) -> None:
+    """The key's memo (in the process and under tools/) is keyed on the native libraries' stats too."""
+    site = _standin_triton(tmp_path / "a", b"\0one")
+    code = KEY_OF_STANDIN.replace("print(at.codegen_key(None))", """
+import time
+from pathlib import Path
+memo = Path(sys.argv[2])
+before = at.codegen_key(memo)
+time.sleep(0.02)
+with open(sys.argv[1] + "/triton/_C/libtriton.so", "ab") as f:
+    f.write(b"\\0rebuilt")
+print(before != at.codegen_key(memo))
+""")
+    out = subprocess.run([sys.executable, "-c", code, str(site), str(tmp_path / "tools")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -75,13 +75,18 @@ def _sources(root: Path) -> list[Path]:
     return files
 
 
-def _ptxas(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "backends").rglob("ptxas*") if p.is_file() and os.access(p, os.X_OK))
-
-
-def _natives(root: Path) -> list[Path]:
-    """The native libraries that compile: libtriton.so and the backends' own."""
-    return sorted(p for sub in ("_C", "backends") for p in (root / sub).rglob("*.so") if p.is_file())
+def _tools(root: Path) -> tuple[list[Path], list[Path]]:
+    """(the bundled ptxas programs, the native libraries that compile: libtriton.so and the
+    backends' own), from one walk of backends/ (a fresh process's install() pays it)."""
+    ptxas, natives = [], sorted(p for p in (root / "_C").rglob("*.so") if p.is_file())
+    for folder, _, names in os.walk(root / "backends"):
+        for name in names:
+            path = Path(folder, name)
+            if name.startswith("ptxas") and path.is_file() and os.access(path, os.X_OK):
+                ptxas.append(path)
+            elif name.endswith(".so") and path.is_file():
+                natives.append(path)
+    return sorted(ptxas), sorted(natives)
 
 
 def codegen_key(memo_dir: Path | None = None) -> str:
@@ -90,7 +95,7 @@ def codegen_key(memo_dir: Path | None = None) -> str:
     from .env import toolid
 
     root = triton_root()
-    files, tools, natives = _sources(root), _ptxas(root), _natives(root)
+    files, (tools, natives) = _sources(root), _tools(root)
     stamp = tuple((str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
                   for p in files + tools + natives for st in [p.stat()])
     return toolid.memoized_by(stamp, f"triton codegen key {root}",

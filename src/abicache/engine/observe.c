@@ -401,7 +401,7 @@ static const char *found(const char *file, int search, char *out, size_t size) {
 /* The text after each "-c" of a command line (a shell's command string; a compiler's -c is
  * followed by a source's name, which names no variable). */
 static void put_command(const char *text) {
-    if (strnlen(text, RECORD_MAX) + 2 > RECORD_MAX)  /* too long for a record: the build is not trusted */
+    if (strnlen(text, PATH_MAX) >= PATH_MAX)  /* more than put() records: the build is not trusted */
         put('U', AT_FDCWD, "/bin/sh (a command string too long to record)");
     else
         put('c', AT_FDCWD, text);

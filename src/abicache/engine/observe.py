@@ -119,8 +119,8 @@ class Session(NamedTuple):
         at = _found(command[0], cwd)  # the command's program where it was found, links and all
         if at and seen.rooted:
             seen = seen._replace(programs=seen.programs | {at})
-        named = script_variables(seen.programs) | named_variables("\n".join(seen.commands).encode(errors="surrogateescape"))
-        return seen._replace(env=seen.env | named)
+        strings = "\n".join(seen.commands).encode(errors="surrogateescape")
+        return seen._replace(env=seen.env | script_variables(seen.programs) | named_variables(strings))
 
 
 #: what a script reads at most, looking for the variables it names
