@@ -443,6 +443,10 @@ def test_config_files_and_their_precedence(tmp_path: Path, monkeypatch: pytest.M
     assert config.size("ABICACHE_MAX_SIZE") == 10 << 30
     assert main(["config", "set", "ABICACHE_MAX_SIZE", "2G", "--store"]) == 0
     assert get()["value"] == "2G" and get()["from"] == str(tmp_path / "store" / "abicache.toml")
+    assert main(["config", "set", "--store", "max_size", "3G"]) == 0  # the option first, as users type it
+    capsys.readouterr()
+    assert main(["config", "--json", "get", "max_size"]) == 0 and json.loads(capsys.readouterr().out)["value"] == "3G"
+    assert main(["config", "set", "max_size", "2G", "--store"]) == 0
     monkeypatch.setenv("ABICACHE_MAX_SIZE", "5G")
     assert get()["from"] == "environment" and config.size("ABICACHE_MAX_SIZE") == 5 << 30
     monkeypatch.delenv("ABICACHE_MAX_SIZE")

@@ -309,18 +309,31 @@ def _bundle_check(chosen: list[Any], args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     from ..store.gc import collect_garbage  # here: the other commands start without it
     cache = _cache(args)
+    cap, cap_from = (args.max_size, "--max-size") if args.max_size is not None else _configured_cap()
     with render.Progress("evicting", None) as bar:
-        report = collect_garbage(cache.store, max_size=args.max_size, max_age=args.max_age,
+        report = collect_garbage(cache.store, max_size=cap, max_age=args.max_age,
                                  dry_run=args.dry_run, progress=bar.advance)
     if args.json:
-        render.emit_json(report.__dict__)
+        render.emit_json({**report.__dict__, "max_size_from": cap_from})
         return 0
     verb = "would remove" if args.dry_run else "removed"
-    render.say(f"{verb} {report.entries_removed} of {report.entries_before} entries, "
-               f"{report.blobs_removed} blobs, {report.leftovers_removed} builder leftovers; "
+    render.say(f"{verb} {report.entries_removed} of {report.entries_before} {_plural(report.entries_before, 'entry')}"
+               f", {report.blobs_removed} blobs, {report.leftovers_removed} builder leftovers; "
                f"{render.human_size(report.bytes_before)} -> {render.human_size(report.bytes_after)}"
+               + (f" (cap {render.human_size(cap)}, from {cap_from})" if cap is not None else "")
                + (f"; {report.in_use} in use by running builds, left" if report.in_use else ""))
     return 0
+
+
+def _configured_cap() -> tuple[int | None, str]:
+    """(ABICACHE_MAX_SIZE in bytes or None, where it was set)."""
+    from ..settings import config
+
+    return config.size("ABICACHE_MAX_SIZE"), config.lookup("ABICACHE_MAX_SIZE")[1]
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else ("entries" if word == "entry" else word + "s")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -390,9 +403,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         row = by_kind.setdefault(m.kind, [0, 0])
         row[0] += 1
         row[1] += _size(vdir, m)
+    cap, cap_from = _configured_cap()
     doc = {
         "root": str(cache.root), "entries": len(entries), "blobs": blob_count,
         "stored_bytes": stored, "logical_bytes": logical,
+        "max_size": cap, "max_size_from": cap_from, "used_fraction": stored / cap if cap else None,
         "quarantined": len([p for p in children(cache.store.layout.quarantine) if p.name != "damaged-blobs"]),
         "leftovers": len(children(cache.store.layout.tmp)),
         "remote_refusals": refusal_count(cache.store),
@@ -415,9 +430,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
                                               for m in reversed(doc["last_misses"]))
                    + "; why: abicache explain --last")
     saved = logical - stored
-    render.say(f"{cache.root}: {len(entries)} entries, {blob_count} blobs, "
+    render.say(f"{cache.root}: {len(entries)} {_plural(len(entries), 'entry')}, {blob_count} blobs, "
                f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "
                f"({render.human_size(max(saved, 0))} saved by sharing)")
+    render.say(f"{doc['used_fraction'] * 100:.0f}% of the cap, {render.human_size(cap)} (from {cap_from})"
+               if cap else "no size cap: set one with `abicache config set max_size 10G`" if cap is None
+               else f"a cap of 0 bytes (from {cap_from}): every entry but the last built is evicted")
     if doc["remote_refusals"]:
         render.say(f"[red]{doc['remote_refusals']} downloads from a remote were refused[/] "
                    f"(see {cache.store.layout.log / (REFUSALS_LOG + '.jsonl')})")

@@ -57,7 +57,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--last", type=_positive, nargs="?", const=5, metavar="N",
                    help="the last N misses of any process (default 5), against the entries there were then")
     p = add.add_parser("gc", parents=[common], help="evict entries by size and age")
-    p.add_argument("--max-size", type=commands.parse_size, help="e.g. 10G, 500M, 0")
+    p.add_argument("--max-size", type=commands.parse_size,
+                   help="e.g. 10G, 500M, 0 (default: the configured cap, ABICACHE_MAX_SIZE or max_size)")
     p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed")
     p = add.add_parser("check", parents=[common],
@@ -223,7 +224,8 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    args = _intermixed(parser, argv) if argv[:1] == ["config"] else parser.parse_args(argv)
     module = (audit_cmds if args.command in ("audit", "doctor", "stub")
               else remote_cmds if args.command in ("push", "pull", "remote", "keys")
               else config_cmds if args.command == "config" else commands)
@@ -254,6 +256,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"abicache: error: {refused}\n")
         return EXIT_USAGE
+
+
+def _intermixed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`config set --store max_size 1G`: options before its positionals (argparse hands the
+    positionals after an option to no one, the subcommand's optional ones already matched empty)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[argv[0]]
+    args = sub.parse_intermixed_args(argv[1:])
+    args.command = argv[0]
+    return args
 
 
 def _positive(text: str) -> int:

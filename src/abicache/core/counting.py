@@ -30,14 +30,14 @@ class Counting:
         elif found.origin == "built":
             counters.count(self.store, misses=1, builds=1, build_seconds=found.manifest.build_seconds or 0.0)
             counters.flush(self.store)  # a miss writes anyway; a hit never does
-            self._keep_under_cap(found.path)
+            self._keep_under_cap(found.path, sum(f.size for f in found.manifest.files))
         else:
             counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0,
                            **{"hits_remote" if found.origin == "remote" else "hits_local": 1})
 
-    def _keep_under_cap(self, built: Path) -> None:
-        """ABICACHE_MAX_SIZE: evict down to it after builds (store/gc.keep_under: amortised), never
-        the entry just built (about to be loaded)."""
+    def _keep_under_cap(self, built: Path, added: int) -> None:
+        """ABICACHE_MAX_SIZE: evict down to it after a build, before the call returns
+        (store/gc.keep_under), never the entry just built (about to be loaded)."""
         try:
             cap = config.size("ABICACHE_MAX_SIZE")
         except ConfigError as exc:
@@ -46,4 +46,4 @@ class Counting:
         if cap is not None:
             from ..store.gc import keep_under
 
-            keep_under(self.store, cap, built)
+            keep_under(self.store, cap, built, added)

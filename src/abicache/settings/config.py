@@ -53,9 +53,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
                             "of the compiler (not recorded), as ccache's sloppiness=system_headers"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
                        "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
-    "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): after a build, at most once a "
-                          "minute, the least recently used entries are evicted down to it, as ccache's max_size "
-                          "(empty: no cap; `abicache gc --max-size` does it by hand)"),
+    "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): a build that takes the store "
+                          "over it evicts the least recently used entries down to it before it returns (never "
+                          "the entry it built), as ccache's max_size; `abicache gc` applies it too, `stats` "
+                          "shows it (empty: no cap)"),
     "ABICACHE_READ_STORES": ("", "read-only stores searched after the local one, never written (a package's "
                              "prebuilt entries, a read-only shared folder), separated by ':'; installed packages "
                              "add theirs through the abicache.stores entry point"),

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ManifestError
+from ..errors import LockTimeout, ManifestError
 from .layout import OLD_VERSIONS, entry_name
 from .local import Store, children, stage_in_use
-from .lock import unless_in_use
+from .lock import key_lock, unless_in_use
 
 DEFAULT_TMP_AGE = 6 * 3600.0
 QUARANTINE_AGE = 7 * 86400.0
@@ -40,6 +40,7 @@ class GcReport:
     strays_removed: int = 0  # empty folders and lock files of keys with no entry
     removed: list[str] = field(default_factory=list)
     dry_run: bool = False
+    max_size: int | None = None
 
 
 @dataclass
@@ -66,13 +67,17 @@ def collect_garbage(
     tmp_age: float = DEFAULT_TMP_AGE,
     dry_run: bool = False,
     progress: Callable[[int], None] | None = None,
-    spare_newer_than: float = 0.0,
     spare: Path | None = None,
+    sweep: bool = True,
 ) -> GcReport:
-    """spare_newer_than: entries used within this many seconds stay; spare: an entry that stays
+    """spare: an entry that stays
     (the automatic eviction after a build must not take the entry that build is about to load,
-    whatever the clocks say: a stamp written into the entry before it may be newer)."""
-    report = GcReport(dry_run=dry_run)
+    whatever the clocks say: a stamp written into the entry before it may be newer). A dry run
+    counts what the real run would free (a blob goes with the last entry that links it).
+    sweep: also remove strays, old layouts and stale memos (a walk of every folder; the
+    eviction after a build leaves that to `abicache gc`)."""
+    report = GcReport(dry_run=dry_run, max_size=max_size)
+    links: dict[Path, list[int]] = {}  # a dry run's blob -> [links left, size]
     report.bytes_before, _ = disk_usage(store)
     entries = sorted(_entries(store), key=lambda e: e.last_used)
     report.entries_before = len(entries)
@@ -81,32 +86,70 @@ def collect_garbage(
     for entry in entries:
         too_old = max_age is not None and now - entry.last_used > max_age
         too_big = max_size is not None and size > max_size
-        if not (too_old or too_big) or now - entry.last_used < spare_newer_than \
-                or (spare is not None and entry.vdir.name == spare.name):
+        if not (too_old or too_big) or (spare is not None and entry.vdir.name == spare.name):
             continue
-        if not dry_run:
-            with unless_in_use(_lock_of(store, entry.vdir)) as free:
-                if not free:  # a running build handed its file to a linker, or builds the key
-                    report.in_use += 1
-                    continue
+        with unless_in_use(_lock_of(store, entry.vdir)) as free:
+            if not free:  # a running build handed its file to a linker, or builds the key
+                report.in_use += 1
+                continue
+            if not dry_run:
                 store.remove_tree(entry.vdir)
+        if dry_run:
+            size -= _would_free(entry.blobs, links, report)
+        else:
             _relink(store, entry.vdir)
             size -= _drop_orphans(store, entry.blobs, report)
         report.removed.append(entry.vdir.relative_to(store.layout.entries).as_posix())
         report.entries_removed += 1
         if progress:
             progress(1)
-    if not dry_run:
+    if dry_run:
+        size -= _would_free_orphans(store, links, report)
+    else:
         size -= _drop_orphans(store, [Path(e.path) for e in store.iter_blobs()], report)
-        report.leftovers_removed = _drop_leftovers(store, tmp_age)
+        report.leftovers_removed = _drop_leftovers(store, tmp_age if sweep else None)
+    if not dry_run and sweep:
         keys = _keys(store)
         report.strays_removed = _drop_stray_links(store, keys)
         report.strays_removed += _drop_empty_folders(store) + _drop_stray_locks(store, keys)
         report.strays_removed += _drop_old_layouts(store)
         _drop_stale_index(store, keys)
         report.strays_removed += _drop_stale_listings(store, keys)
-    report.bytes_after = size if not dry_run else report.bytes_before
+    report.bytes_after = size
     return report
+
+
+def _would_free_orphans(store: Store, counted: dict[Path, list[int]], report: GcReport) -> int:
+    """The bytes of blobs no entry links to already (a build killed before its entry was
+    made, an older version's leftovers), which the real run removes too."""
+    freed = 0
+    for entry in store.iter_blobs():
+        if Path(entry.path) in counted:
+            continue
+        st = entry.stat(follow_symlinks=False)
+        if st.st_nlink == 1:
+            freed += st.st_size
+            report.blobs_removed += 1
+    return freed
+
+
+def _would_free(blobs: list[Path], links: dict[Path, list[int]], report: GcReport) -> int:
+    """The bytes removing an entry with these blobs would free, after the entries a dry run
+    removed before it (each blob's links counted down)."""
+    freed = 0
+    for blob in blobs:
+        left = links.get(blob)
+        if left is None:
+            try:
+                st = os.stat(blob)
+            except FileNotFoundError:
+                continue
+            left = links[blob] = [st.st_nlink, st.st_size]
+        left[0] -= 1
+        if left[0] == 1:
+            freed += left[1]
+            report.blobs_removed += 1
+    return freed
 
 
 def _lock_of(store: Store, vdir: Path) -> Path:
@@ -146,12 +189,12 @@ def _drop_orphans(store: Store, candidates: list[Path], report: GcReport) -> int
     return freed
 
 
-def _drop_leftovers(store: Store, tmp_age: float) -> int:
-    """Old builder leftovers, old quarantine, and anything in trash/."""
+def _drop_leftovers(store: Store, tmp_age: float | None) -> int:
+    """Old builder leftovers, old quarantine, and anything in trash/ (only that: tmp_age None)."""
     removed = 0
     now = time.time()
-    ages = ((store.layout.tmp, tmp_age), (store.layout.quarantine, QUARANTINE_AGE),
-            (store.layout.trash, 0.0))
+    ages = ((store.layout.tmp, tmp_age), (store.layout.quarantine, QUARANTINE_AGE), (store.layout.trash, 0.0)) \
+        if tmp_age is not None else ((store.layout.trash, 0.0),)
     for folder, age in ages:
         for child in children(folder):
             if folder == store.layout.tmp and stage_in_use(child):
@@ -300,35 +343,48 @@ def _rmdir(folder: Path) -> int:
 
 # ---- the size cap (ABICACHE_MAX_SIZE), kept after builds ------------------------------------
 
-#: at most one automatic eviction a minute per store (it stats every blob)
-EVERY = 60.0
-_STAMP = "auto-gc"
+#: the store's size as the last eviction measured it, with what builds added since ("bytes time")
+_SIZE = "size"
+_LOCK = "evict.lock"
+#: a size measured longer ago than this is measured again (gc by hand, other processes'
+#: removals and older abicache versions do not update it)
+REMEASURE = 60.0
+#: how long a build waits for another process's eviction before leaving it to the next build
+LOCK_WAIT = 60.0
 
 
-def keep_under(store: Store, max_size: int, built: Path | None = None) -> None:
-    """After a build: if no eviction ran in the last EVERY seconds, evict the least recently
-    used entries down to max_size in a background thread (entries used in the last EVERY
-    seconds stay: the one just built is about to be loaded). Amortised as ccache's
-    cleanup is: a hit never pays for it, a build pays one stat of a stamp."""
-    import threading
-
-    stamp = store.layout.log / _STAMP
-    try:
-        if time.time() - stamp.stat().st_mtime < EVERY:
-            return
-    except FileNotFoundError:
-        pass
+def keep_under(store: Store, max_size: int, built: Path | None = None, added: int = 0) -> GcReport | None:
+    """After a build, before the call returns: evict the least recently used entries down to
+    max_size, never `built` (about to be loaded, even alone over the cap). One process at a
+    time (the store's eviction lock): the next finds the store under the cap. Bounded: the
+    blobs are walked only when the size last measured, plus the bytes builds added since
+    (`added`: this one's), is over the cap or older than REMEASURE; a hit never pays."""
     try:
         store.make_dir(store.layout.log)
-        stamp.touch(mode=store.trust.file_mode)  # an existing stamp gets the time now
-    except OSError:
-        return
-    threading.Thread(target=_evict_quietly, args=(store, max_size, built), name="abicache-evict",
-                     daemon=True).start()
+        with key_lock(store.layout.log / _LOCK, "the store's size cap", LOCK_WAIT, mode=store.trust.file_mode):
+            known = _measured(store)
+            if known is not None and known[0] + added <= max_size and time.time() - known[1] < REMEASURE:
+                _remember(store, known[0] + added, known[1])
+                return None
+            measured_at = time.time()
+            report = collect_garbage(store, max_size=max_size, spare=built, sweep=False)
+            _remember(store, report.bytes_after, measured_at)
+            return report
+    except (LockTimeout, OSError):
+        return None  # housekeeping: the next build evicts; `abicache gc` reports its failures
 
 
-def _evict_quietly(store: Store, max_size: int, built: Path | None) -> None:
+def _measured(store: Store) -> tuple[int, float] | None:
     try:
-        collect_garbage(store, max_size=max_size, spare_newer_than=EVERY, spare=built)
-    except Exception:  # noqa: BLE001  eviction is housekeeping: `abicache gc` reports its failures
-        pass
+        size, _, when = (store.layout.log / _SIZE).read_text().partition(" ")
+        return int(size), float(when)
+    except (OSError, ValueError):
+        return None
+
+
+def _remember(store: Store, size: int, when: float) -> None:
+    path = store.layout.log / _SIZE
+    temp = path.with_name(f".{_SIZE}.{os.getpid()}")
+    temp.write_text(f"{size} {when}")
+    os.chmod(temp, store.trust.file_mode)
+    os.replace(temp, path)
