@@ -200,3 +200,19 @@ def test_a_hit_needs_no_compiler_on_path(root: Path, tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-c", code, "new"], capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(SRC), **env}, timeout=120)
     assert missing.returncode == 1 and "compiler 'c++' not found" in missing.stderr, missing.stderr
+
+
+def test_no_compiler_on_path_is_said_once_naming_the_library(tmp_path: Path) -> None:
+    """A tree of two sources with no compiler anywhere on PATH: one error naming the library
+    asked for (not the engine's unit object, slow.c), and no second warning about the
+    observer, which needs that same compiler."""
+    for name, body in (("slow.c", "int f(void) { return 1; }\n"), ("fast.c", "int g(void) { return 2; }\n")):
+        (tmp_path / name).write_text(body)
+    code = (f"import abicache.cc as cc; cc.load_library('mylib', [{str(tmp_path / 'slow.c')!r}, "
+            f"{str(tmp_path / 'fast.c')!r}], lang='c')")
+    out = run_py(code, env={"PATH": str(tmp_path / "nothing"), "ABICACHE_DIR": str(tmp_path / "s"), "CC": "",
+                            "CXX": ""})
+    assert out.returncode == 1
+    assert out.stderr.count("compiler 'cc' not found while building library mylib") == 1, out.stderr
+    assert "No prebuilt cc.library 'mylib'" in out.stderr and "cc.object" not in out.stderr, out.stderr
+    assert "observer" not in out.stderr, out.stderr

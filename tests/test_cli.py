@@ -5,6 +5,7 @@ import re
 import os
 import subprocess
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -337,10 +338,14 @@ def test_stats_count_hits_misses_and_errors_of_concurrent_processes(tmp_path: Pa
     counts = json.loads(capsys.readouterr().out)["counts"]
     assert (counts["hits_local"], counts["misses"], counts["builds"], counts["errors"]) == (37, 7, 3, 4), counts
     assert counts["hit_rate"] == round(37 / 44, 4)
+    before = time.time()
     assert main(["stats", "--root", str(tmp_path / "s"), "--zero"]) == 0
     capsys.readouterr()
     assert main(["stats", "--root", str(tmp_path / "s"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["counts"]["misses"] == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert counts["misses"] == 0 and before - 1 <= counts["zeroed_at"] == counts["since"] <= time.time() + 1
+    assert main(["stats", "--root", str(tmp_path / "s")]) == 0
+    assert "zeroed " + time.strftime("%Y-%m-%d", time.localtime(counts["zeroed_at"])) in capsys.readouterr().out
 
 
 def test_ls_at_80_columns_keeps_keys_whole_and_hides_the_engines_entries(
@@ -490,3 +495,18 @@ def test_a_command_alone_parses_as_among_all() -> None:
         alone = commands(build_parser(name))
         assert list(alone) == [name]
         assert alone[name].format_help() == every[name].format_help()
+
+
+def test_an_empty_store_says_so_and_one_entry_is_one_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No empty tables on an empty store, and no "1 entries"."""
+    root = tmp_path / "s"
+    assert main(["ls", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == f"no entries in {root} (a build or a hit there makes one)"
+    assert main(["stats", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "0 entries" in out and "by kind" not in out
+    Cache(root).get_or_build("t", "k", {"extra": {}}, writer({"f": b"x"}))
+    assert main(["ls", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.startswith(f"1 entry in {root}")
+    assert main(["stats", "--root", str(root)]) == 0
+    assert ": 1 entry," in capsys.readouterr().out

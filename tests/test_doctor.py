@@ -95,3 +95,9 @@ def test_doctor_quotes_the_folders_it_suggests_deleting(tmp_path: Path) -> None:
     text = abicache("doctor", env=env).stdout
     lines = [line.strip() for line in text.splitlines() if line.strip().startswith("rm -rf")]
     assert [shlex.split(line) for line in lines] == [["rm", "-rf", "--", str(odd)]], text
+
+
+def test_doctor_of_a_path_that_does_not_exist_is_an_error_not_a_clean_bill(tmp_path: Path) -> None:
+    out = abicache("doctor", str(tmp_path / "nonexistent"), env={})
+    assert out.returncode == 2 and "no such file or folder" in out.stderr and "nonexistent" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""

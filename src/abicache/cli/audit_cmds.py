@@ -99,7 +99,12 @@ def _print_audit(doc: dict[str, Any]) -> None:
 
 def _scan_roots(paths: list[str]) -> list[Path]:
     if paths:
-        return [Path(p).expanduser() for p in paths]
+        given = [Path(p).expanduser() for p in paths]
+        missing = [str(p) for p in given if not os.path.lexists(p)]
+        if missing:  # scanning nothing and saying all is well would be a silent "fine"
+            raise AbicacheError(f"doctor: no such file or folder: {', '.join(missing)}; give JIT cache folders or "
+                                "binaries to audit (none: the caches abicache knows, where they exist)")
+        return given
     roots = []
     for variable, default in KNOWN_CACHES:
         root = Path(os.environ.get(variable) or default).expanduser()

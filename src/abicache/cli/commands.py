@@ -132,11 +132,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
         else:
             render.emit_json([r.summary() for r in rows])
         return 0
+    if not rows:
+        render.say(f"no entries in {cache.root}" + (f" but {hidden} the build engine keeps for itself (--all lists "
+                                                    "them)" if hidden else " (a build or a hit there makes one)"))
+        return 0
     now = time.time()
     sizes: dict[int, str] = {}
     needs: dict[tuple[str, ...], str] = {}  # entries of a kind share a few sizes and requirements
     render.table(
-        f"{len(rows)} entries in {cache.root}",
+        f"{len(rows)} {_plural(len(rows), 'entry')} in {cache.root}",
         ["kind", "name", "key", "variant", "size", "last used", "requirements"],
         [(r.kind, r.name, r.key[:12], r.variant[:8],
           sizes.get(r.size) or sizes.setdefault(r.size, render.human_size(r.size)), render.ago(r.last_used, now),
@@ -145,8 +149,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         optional=("variant",), whole=("key",),
     )
     if hidden:
-        render.say(f"and {hidden} entries the build engine keeps for itself (a unit's object, a precompiled "
-                   "header): --all lists them")
+        render.say(f"and {hidden} {_plural(hidden, 'entry')} the build engine keeps for itself (a unit's object, "
+                   "a precompiled header): --all lists them")
     return 0
 
 
@@ -419,8 +423,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         render.emit_json(doc)
         return 0
     rate = "-" if counts["hit_rate"] is None else f"{counts['hit_rate'] * 100:.1f}%"
-    render.table("since " + (time.strftime("%Y-%m-%d %H:%M", time.localtime(counts["since"])) if counts["since"]
-                             else "the store was made (or --zero)"),
+    render.table(("zeroed " if counts["zeroed_at"] else "since ")
+                 + (time.strftime("%Y-%m-%d %H:%M", time.localtime(counts["since"])) if counts["since"]
+                    else "the store was made"),
                  ["hits (local)", "hits (remote)", "misses", "hit rate", "builds", "build time", "time saved",
                   "errors"],
                  [(counts["hits_local"], counts["hits_remote"], counts["misses"], rate, counts["builds"],
@@ -439,8 +444,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if doc["remote_refusals"]:
         render.say(f"[red]{doc['remote_refusals']} downloads from a remote were refused[/] "
                    f"(see {cache.store.layout.log / (REFUSALS_LOG + '.jsonl')})")
-    render.table("by kind", ["kind", "entries", "size"],
-                 [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
+    if by_kind:
+        render.table("by kind", ["kind", "entries", "size"],
+                     [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
     return 0
 
 

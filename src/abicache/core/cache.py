@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from ..settings import config
 from . import key as keys
 from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
-from .counting import Counting
+from .counting import INTERNAL_KINDS, Counting
 from ..env import Facts
 from ..errors import BuildError, UsageError, unwritable_store
 from .finding import Finding
@@ -187,7 +187,9 @@ class Cache(Finding, SingleFlight, Making, Counting):
                 raise KeyboardInterrupt from None
             except BuildError as exc:  # the compiler's message is the news: not twenty frames of ours
                 self._count(kind, None)
-                if exc.missing_tool and not exc.hint:  # no compiler: say which prebuilt variants exist
+                # no compiler: say which prebuilt variants exist of what was asked for (a unit's object
+                # is the engine's: the library's call, further out, names the library)
+                if exc.missing_tool and not exc.hint and kind not in INTERNAL_KINDS:
                     from .explain import no_fit
 
                     exc.hint = no_fit(kind, name, self.store, self._unmet)

@@ -275,7 +275,7 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
     if known is not ...:
         return known  # type: ignore[return-value]
     found, why = _find(source, folder, compiler, trusted)
-    if found is None:
+    if found is None and _runnable(compiler[0]):  # no compiler at all: the build's own error says so, once
         import warnings
 
         from ..errors import AbicacheWarning
@@ -285,6 +285,12 @@ def library(tools: Path, compiler: Sequence[str] = ("cc",),
                       AbicacheWarning, stacklevel=3)
     _built[str(folder)], _why_not[str(folder)] = found, why
     return found
+
+
+def _runnable(program: str) -> bool:
+    import shutil
+
+    return shutil.which(program) is not None
 
 
 def status(tools: Path, compiler: Sequence[str] = ("cc",),

@@ -60,13 +60,15 @@ def flush(store: Store | None = None) -> None:
 
 def _compact(lines: Sequence[str]) -> list[str]:
     """A stats log moved aside (store/logs.py) becomes one line of its sums: totals survive."""
-    sums, since = _sums(lines)
-    return [json.dumps({"time": since, "pid": 0, **{k: round(v, 3) for k, v in sums.items()}})]
+    sums, since, zeroed = _sums(lines)
+    return [json.dumps({"time": since, "pid": 0, **({"zeroed": True} if zeroed else {}),
+                        **{k: round(v, 3) for k, v in sums.items()}})]
 
 
-def _sums(lines: Sequence[str]) -> tuple[Counter[str], Any]:
+def _sums(lines: Sequence[str]) -> tuple[Counter[str], Any, bool]:
+    """(the counts, the first line's time, whether that line marks a zeroing: `stats -z`)."""
     sums: Counter[str] = Counter()
-    since = None
+    since, zeroed = None, False
     for text in lines:
         try:
             line = json.loads(text)
@@ -74,20 +76,22 @@ def _sums(lines: Sequence[str]) -> tuple[Counter[str], Any]:
             continue  # a line cut by a full disk: the others still count
         if not isinstance(line, dict):
             continue
-        since = line.get("time") if since is None else since
+        if since is None:
+            since, zeroed = line.get("time"), line.get("zeroed") is True
         sums.update({k: v for k, v in line.items() if k in FIELDS and isinstance(v, (int, float))})
-    return sums, since
+    return sums, since, zeroed
 
 
 def totals(store: Store) -> dict[str, Any]:
     """Every count written so far (and this process's pending ones), and since when."""
     flush(store)
-    sums, since = _sums(store.read_events(LOG))
+    sums, since, zeroed = _sums(store.read_events(LOG))
     doc: dict[str, Any] = {k: round(sums[k], 3) if k.endswith("seconds") or k == "seconds_saved" else int(sums[k])
                            for k in FIELDS}
     asked = doc["hits_local"] + doc["hits_remote"] + doc["misses"]
     doc["hit_rate"] = round((doc["hits_local"] + doc["hits_remote"]) / asked, 4) if asked else None
     doc["since"] = since
+    doc["zeroed_at"] = since if zeroed else None
     return doc
 
 
@@ -99,3 +103,5 @@ def zero(store: Store) -> None:
     from . import logs
 
     logs.remove(store.layout.log, LOG)
+    # the first line says when (ccache -s: "stats zeroed"): counting starts there, not at the next build
+    store.log_event(LOG, json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), "zeroed": True}), _compact)
