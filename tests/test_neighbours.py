@@ -433,6 +433,7 @@ def test_env_and_doctor_say_whether_the_observer_runs(tmp_path: Path, monkeypatc
     rc, out, _ = _cli("env", "--json")
     assert json.loads(out)["observer"] == "off: ABICACHE_OBSERVE=0"
     monkeypatch.delenv("ABICACHE_OBSERVE")
+    (tmp_path / "nothing-here").mkdir()  # an empty folder: a path that does not exist is an error
     rc, out, _ = _cli("doctor", str(tmp_path / "nothing-here"), "--json")
     assert json.loads(out)["observer"].startswith("on (")
 
