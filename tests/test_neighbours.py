@@ -52,7 +52,7 @@ def test_a_planted_store_file_cannot_name_the_attackers_group(tmp_path: Path, mo
     root = _planted_store(tmp_path, hostile.evil_library(tmp_path))
     hostile.as_attacker("sh", "-c", f"printf 'shared = \"nogroup\"\\n' > '{root}/abicache.toml'")
     mark = tmp_path / "PLANTED-CODE-RAN"
-    monkeypatch.setenv("ABICACHE_PLANTED_MARK", str(mark))
+    monkeypatch.setenv("ABICACHE_TEST_PLANTED_MARK", str(mark))
     monkeypatch.setenv("ABICACHE_DIR", str(root))
     assert config.text("ABICACHE_SHARED") == ""  # the store's file may not say it
     with pytest.raises(UntrustedRootError, match="owned by uid 65534"):
@@ -207,7 +207,7 @@ def test_sloppiness_and_check_in_the_users_file_take_effect(tmp_path: Path, monk
 
 PLANTED_ARGPARSE = """
 import os
-open(os.environ["ABICACHE_PLANTED_MARK"], "w").close()
+open(os.environ["ABICACHE_TEST_PLANTED_MARK"], "w").close()
 raise SystemExit("planted argparse ran")
 """
 CALLER = """
@@ -251,7 +251,7 @@ def test_the_background_check_never_imports_from_the_callers_folder(tmp_path: Pa
     (shared / "argparse.py").write_text(PLANTED_ARGPARSE)
     (shared / "json.py").write_text(PLANTED_ARGPARSE)
     root, mark = tmp_path / "store", tmp_path / "PLANTED-CODE-RAN"
-    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_PLANTED_MARK": str(mark), "ABICACHE_CHECK": "1"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_TEST_PLANTED_MARK": str(mark), "ABICACHE_CHECK": "1"}
     # -P: the caller itself does not put its folder on sys.path (it is not what is tested)
     subprocess.run([sys.executable, "-P", "-c", CALLER, str(root), "2"], cwd=shared, env=env, check=True, timeout=120)
     deadline = time.monotonic() + 120
@@ -655,5 +655,5 @@ def test_the_observers_private_copy_is_never_one_another_user_planted(tmp_path: 
     write(proj / "src" / "x.cpp", UNIT)
     write(proj / "inc" / "v.h", header(7))
     got = fresh(tmp_path / "third store: with a space", ["src/x.cpp"], cwd=proj, cflags=["-Iinc"],
-                env={"XDG_RUNTIME_DIR": str(public), "ABICACHE_PLANTED_MARK": str(mark)})
+                env={"XDG_RUNTIME_DIR": str(public), "ABICACHE_TEST_PLANTED_MARK": str(mark)})
     assert got["value"] == 7 and got["warnings"] == [] and not mark.exists(), got

@@ -62,6 +62,9 @@ def cmd_env(args: argparse.Namespace) -> int:
             warnings.simplefilter("ignore", AbicacheWarning)
             cache = Cache(args.root) if args.root else Cache()
     except ConfigError:
+        from ..settings import checked
+
+        checked.accept_current()  # the problems are this command's table, not its failure
         cache = Cache(args.root, shared=False, verify_age=0, touch_interval=0, lock_timeout=0, remote=False)
     facts = cache.facts.probe_all()
     settings = {name: os.environ.get(name) for name in config.VARIABLES}

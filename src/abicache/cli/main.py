@@ -33,7 +33,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     every command cost 15 ms of each run)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--root", type=Path, help="store root (default: ABICACHE_DIR or user cache dir)")
+    common.add_argument("--dir", "--root", dest="root", type=Path,
+                        help="the store (default: ABICACHE_DIR, the config file's dir, or the user cache dir)")
     parser = _Parser(prog="abicache", description="Build, cache and load compiled artifacts safely.")
     parser.add_argument("--version", action="version", version=f"abicache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

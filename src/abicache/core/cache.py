@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from ..settings import config
+from ..settings import checked, config
 from . import key as keys
 from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
 from .counting import INTERNAL_KINDS, Counting
@@ -56,6 +56,7 @@ class Cache(Finding, SingleFlight, Making, Counting):
         audit: Auditor | None = None,
         remote: str | RemoteSettings | bool | None = None,
     ) -> None:
+        checked.check_once()  # every setting parsed here, hit or miss: one error naming each bad one
         self.root = Path(root) if root is not None else config.default_root()
         group = group_setting(config.text("ABICACHE_SHARED") if shared is None else shared)
         self.store = Store(self.root, group=group)

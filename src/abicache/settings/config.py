@@ -187,7 +187,7 @@ def build_mode() -> str:
     """ABICACHE_BUILD: auto, never or always."""
     mode = text("ABICACHE_BUILD").lower()
     if mode not in BUILD_MODES:
-        raise ConfigError(f"ABICACHE_BUILD={mode!r}: use {', '.join(BUILD_MODES)}")
+        raise ConfigError(f"ABICACHE_BUILD={mode!r} is not a build mode; set it to one of {', '.join(BUILD_MODES)}")
     return mode
 
 
