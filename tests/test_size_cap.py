@@ -146,3 +146,60 @@ def test_stats_shows_the_cap_and_how_full_the_store_is(tmp_path: Path, monkeypat
     monkeypatch.delenv("ABICACHE_MAX_SIZE")
     assert cli(["stats", "--root", str(root)]) == 0
     assert "no size cap" in capsys.readouterr().out
+
+
+def test_stats_count_hits_by_tier_uncacheable_builds_by_reason_and_errors_by_kind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `ccache -s` shows: hits by where they came from, builds that could not be cached
+    and why, failures by kind."""
+    import warnings
+
+    from abicache import cc
+    from abicache.errors import AbicacheWarning, BuildError
+
+    shipped = tmp_path / "shipped"
+    Cache(shipped).get_or_build("t", "k", {}, writer({"f": b"x"}))
+    monkeypatch.setenv("ABICACHE_READ_STORES", str(shipped))
+    root = tmp_path / "s"
+    cache = Cache(root)
+    assert cache.get_or_build("t", "k", {}, writer({"f": b"x"})).origin == "tier"
+    monkeypatch.delenv("ABICACHE_READ_STORES")
+    wrapper = tmp_path / "dropping-cc"  # runs the compiler without the observer's preload
+    wrapper.write_text("#!/bin/sh\nunset LD_PRELOAD\nexec cc \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AbicacheWarning)
+        assert cc.load_library("hidden", ["int f(void) { return 4; }\n"], lang="c", cache=cache).f() == 4
+    monkeypatch.delenv("CC")
+    with pytest.raises(BuildError):
+        cc.build_library("broken", ["int f(void) { return 1 }\n"], lang="c", cache=cache)
+    monkeypatch.setenv("ABICACHE_BUILD", "never")
+    with pytest.raises(BuildError):
+        Cache(root).get_or_build("t", "absent", {}, writer({"f": b"y"}))
+    monkeypatch.delenv("ABICACHE_BUILD")
+    assert cli(["stats", "--root", str(root), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert (counts["hits_read_only"], counts["hits_local"], counts["uncacheable"]) == (1, 0, 1), counts
+    assert counts["uncacheable_by_reason"] == {"unobserved program": 1}, counts
+    assert counts["errors_by_kind"] == {"build failed": 1, "build not allowed": 1}, counts
+    assert cli(["stats", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "uncacheable builds: unobserved program 1" in out and "errors: build failed 1, build not allowed 1" in out
+
+
+def test_gc_all_clears_the_store_and_keeps_the_statistics(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "s"
+    cache = Cache(root)
+    for n in range(3):
+        cache.get_or_build("t", f"k{n}", {"extra": {"n": n}}, writer({"f": os.urandom(1000)}))
+    assert cli(["gc", "--all", "--dry-run", "--root", str(root)]) == 0
+    assert "would remove 3 of 3 entries" in capsys.readouterr().out
+    assert cli(["gc", "--all", "--root", str(root)]) == 0
+    assert "removed 3 of 3 entries" in capsys.readouterr().out
+    assert list(cache.store.iter_variant_dirs()) == [] and _size(root) == 0
+    assert cli(["stats", "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["builds"] == 3
+    assert cli(["gc", "--all", "--max-size", "1G", "--root", str(root)]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -316,7 +316,10 @@ def _bundle_check(chosen: list[Any], args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     from ..store.gc import collect_garbage  # here: the other commands start without it
     cache = _cache(args)
-    cap, cap_from = (args.max_size, "--max-size") if args.max_size is not None else _configured_cap()
+    if args.all and args.max_size is not None:
+        raise UsageError("abicache gc: --all removes every entry; give it or --max-size, not both")
+    cap, cap_from = ((0, "--all") if args.all else (args.max_size, "--max-size") if args.max_size is not None
+                     else _configured_cap())
     with render.Progress("evicting", None) as bar:
         report = collect_garbage(cache.store, max_size=cap, max_age=args.max_age,
                                  dry_run=args.dry_run, progress=bar.advance)
@@ -429,10 +432,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     render.table(("zeroed " if counts["zeroed_at"] else "since ")
                  + (time.strftime("%Y-%m-%d %H:%M", time.localtime(counts["since"])) if counts["since"]
                     else "the store was made"),
-                 ["hits (local)", "hits (remote)", "misses", "hit rate", "builds", "build time", "time saved",
-                  "errors"],
-                 [(counts["hits_local"], counts["hits_remote"], counts["misses"], rate, counts["builds"],
-                   f"{counts['build_seconds']:.1f} s", f"{counts['seconds_saved']:.1f} s", counts["errors"])])
+                 ["hits (local)", "hits (read-only)", "hits (remote)", "misses", "hit rate", "builds", "uncacheable",
+                  "build time", "time saved", "errors"],
+                 [(counts["hits_local"], counts["hits_read_only"], counts["hits_remote"], counts["misses"], rate,
+                   counts["builds"], counts["uncacheable"], f"{counts['build_seconds']:.1f} s",
+                   f"{counts['seconds_saved']:.1f} s", counts["errors"])])
+    for label, field in (("uncacheable builds", "uncacheable_by_reason"), ("errors", "errors_by_kind")):
+        if counts[field]:
+            render.say(f"{label}: " + ", ".join(f"{reason} {n}" for reason, n in counts[field].items()))
     if doc["last_misses"]:
         render.say("last misses: " + ", ".join(f"{m['kind']} {m['name']} ({render.ago(float(m['time'] or 0))})"
                                               for m in reversed(doc["last_misses"]))

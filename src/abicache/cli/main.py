@@ -62,6 +62,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="e.g. 10G, 500M, 0 (default: the configured cap, ABICACHE_MAX_SIZE or max_size)")
     p.add_argument("--max-age", type=commands.parse_age, help="unused for longer than e.g. 30d, 12h")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed")
+    p.add_argument("--all", action="store_true",
+                   help="clear the store: remove every entry (not the statistics nor the settings), as ccache -C")
     p = add.add_parser("check", parents=[common],
                        help="build entries again from scratch and compare: a stale key or a non-reproducible build",
                        description="Build entries again from scratch, in a scratch store, with the call that made "

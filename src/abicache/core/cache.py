@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from ..settings import checked, config
 from . import key as keys
 from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
-from .counting import INTERNAL_KINDS, Counting
+from .counting import INTERNAL_KINDS, Counting, error_kind
 from ..env import Facts
 from ..errors import BuildError, UsageError, unwritable_store
 from .finding import Finding
@@ -187,7 +187,7 @@ class Cache(Finding, SingleFlight, Making, Counting):
             except KeyboardInterrupt:  # Ctrl-C: the build stopped and left nothing; its frames are noise
                 raise KeyboardInterrupt from None
             except BuildError as exc:  # the compiler's message is the news: not twenty frames of ours
-                self._count(kind, None)
+                self._count(kind, None, error_kind(exc))
                 # no compiler: say which prebuilt variants exist of what was asked for (a unit's object
                 # is the engine's: the library's call, further out, names the library)
                 if exc.missing_tool and not exc.hint and kind not in INTERNAL_KINDS:
@@ -205,13 +205,13 @@ class Cache(Finding, SingleFlight, Making, Counting):
                                                    declared, verify=verify, bases=bases)
                         self._memo[memo_key] = found._replace(hit=True, origin="local")
                         return found
-                    self._count(kind, None)
+                    self._count(kind, None, error_kind(full or exc))
                     if full is not None:
                         raise full from None
                     raise
                 transient.pause(attempt)
-            except Exception:
-                self._count(kind, None)
+            except Exception as exc:
+                self._count(kind, None, error_kind(exc))
                 raise
         self._count(kind, found)
         if found.manifest.recorded:  # later calls ask whether what it read still holds

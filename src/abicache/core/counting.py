@@ -9,8 +9,24 @@ from typing import Any
 
 from ..settings import config
 from .artifact import Artifact
-from ..errors import ConfigError, warn_once
+from ..errors import BuildError, ConfigError, warn_once
 from ..store import counters
+from ..store.manifest import uncached_reason
+
+def error_kind(exc: BaseException) -> str:
+    """What `abicache stats` counts a failed call as."""
+    from ..errors import BuildForbiddenError, LockTimeout, RemoteError, StoreUnwritableError
+
+    if isinstance(exc, BuildForbiddenError):
+        return "build not allowed"  # ABICACHE_BUILD=never, and no store had it
+    if isinstance(exc, BuildError):
+        return "no compiler" if exc.missing_tool else "build failed"
+    for cls, name in ((StoreUnwritableError, "store unwritable"), (LockTimeout, "lock timeout"),
+                      (RemoteError, "remote"), (ConfigError, "bad setting"), (OSError, "system error")):
+        if isinstance(exc, cls):
+            return name
+    return "other"
+
 
 #: entries the build engine asks for on a build's behalf (a unit's object, a precompiled header):
 #: not counted in the statistics, which count what the user asked for
@@ -20,20 +36,23 @@ INTERNAL_KINDS = frozenset({"cc.object", "torch.pch"})
 class Counting:
     store: Any
 
-    def _count(self, kind: str, found: Artifact | None) -> None:
+    def _count(self, kind: str, found: Artifact | None, error: str = "") -> None:
         """Statistics (store/counters.py) of what was asked for: not the unit objects and
-        headers the build engine asks for on its own behalf. found None: a build failed."""
+        headers the build engine asks for on its own behalf. found None: the call failed
+        (error: what kind of failure, errors.error_kind)."""
         if kind in INTERNAL_KINDS:
             return
         if found is None:
-            counters.count(self.store, misses=1, errors=1)
+            counters.count(self.store, misses=1, errors=1, **{f"errors:{error or 'other'}": 1})
         elif found.origin == "built":
-            counters.count(self.store, misses=1, builds=1, build_seconds=found.manifest.build_seconds or 0.0)
+            why = uncached_reason(found.manifest.deps)
+            counters.count(self.store, misses=1, builds=1, build_seconds=found.manifest.build_seconds or 0.0,
+                           **({"uncacheable": 1, f"uncacheable:{why[0]}": 1} if why else {}))
             counters.flush(self.store)  # a miss writes anyway; a hit never does
             self._keep_under_cap(found.path, sum(f.size for f in found.manifest.files))
         else:
-            counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0,
-                           **{"hits_remote" if found.origin == "remote" else "hits_local": 1})
+            hit = {"remote": "hits_remote", "tier": "hits_read_only"}.get(found.origin, "hits_local")
+            counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0, **{hit: 1})
 
     def _keep_under_cap(self, built: Path, added: int) -> None:
         """ABICACHE_MAX_SIZE: evict down to it after a build, before the call returns

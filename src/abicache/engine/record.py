@@ -33,6 +33,7 @@ import uuid
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Sequence
 
 from ..store.deps import env_digest, is_system, listing_digest
+from ..store import manifest
 from ..store.manifest import Absent, Dependency, System, system_digest
 from . import roots, steer
 from . import tree as trees
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 #: never inputs: the kernel's views, not files
 _PSEUDO = ("/proc", "/sys", "/dev")
 #: a dependency on this base never holds: the entry is published, loaded, and never found again
-NOT_CACHED = "uncached"
+NOT_CACHED = manifest.UNCACHED
 
 
 class Record(NamedTuple):
@@ -62,11 +63,11 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     own = {f.path for f in tree.files if f.path}
     outside = roots.Within([*covered, *skip, *_PSEUDO])
     if observed is not None and not observed.complete:
-        return Record([_never(_unobserved(observed))], [], [], [])
+        return Record([_never("unobserved program", _unobserved(observed))], [], [], [])
     seen = observed is not None
     if not seen and depfile is None:
-        return Record([_never(f"{tree.files[0].name}: the compiler wrote no dependency file and could not be "
-                              "watched, so what it read is unknown")], [], [], [])
+        return Record([_never("no dependency file", f"{tree.files[0].name}: the compiler wrote no dependency file "
+                              "and could not be watched, so what it read is unknown")], [], [], [])
     read = [roots.normal(p, cwd) for p in depfile or ()]
     lost = next((p for p in read if not os.path.lexists(p)), None)
     if seen:
@@ -76,15 +77,16 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
         kept = read if lost is None else [p for p in read if os.path.lexists(p)]
         read = kept + [p for p in observed.read if _regular(p)]
     elif lost is not None:
-        return Record([_never(f"the compiler's dependency file names {lost!r}, which does not exist (a path "
-                              "with a line break, which a dependency file cannot spell)")], [], [], [])
+        return Record([_never("unrecordable path", f"the compiler's dependency file names {lost!r}, which does not "
+                              "exist (a path with a line break, which a dependency file cannot spell)")], [], [], [])
     files = sorted({p for p in read if p not in own and not outside(p)})
     programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
     missing = sorted(p for p in observed.missing if not outside(p) and p not in observed.read) if seen and observed \
         else []
     broken = next((p for p in [*files, *programs] if "\n" in p), None)  # names a system group joins by lines
     if broken is not None:
-        return Record([_never(f"a tool read {broken!r}, a path with a line break, which abicache cannot record")],
+        return Record([_never("unrecordable path",
+                              f"a tool read {broken!r}, a path with a line break, which abicache cannot record")],
                       [], [], [])
     deps, system = _split(files, programs, tree.bases, memo_dir)
     if not seen:
@@ -94,7 +96,8 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     deps += _listings(observed.listed, observed.written, cwd, outside, tree.bases)
     env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
     if odd:
-        deps.append(_never(f"a tool looked for {odd!r}, a path with a line break, which abicache cannot record"))
+        deps.append(_never("unrecordable path",
+                           f"a tool looked for {odd!r}, a path with a line break, which abicache cannot record"))
     return Record(deps, absent, env, system)
 
 
@@ -132,7 +135,8 @@ def _listings(listed: Iterable[str], written: Iterable[str], cwd: str, outside: 
         if outside(folder) or folder in own:
             continue
         if "\n" in folder:
-            out.append(_never(f"a tool listed {folder!r}, a path with a line break, which abicache cannot record"))
+            out.append(_never("unrecordable path",
+                              f"a tool listed {folder!r}, a path with a line break, which abicache cannot record"))
             continue
         try:
             digest = listing_digest(folder)
@@ -199,15 +203,14 @@ def _is_dir(folder: str, known: dict[str, bool]) -> bool:
     return found
 
 
-def _never(why: str) -> Dependency:
+def _never(reason: str, why: str) -> Dependency:
     """A dependency that holds nowhere, so the entry is never a hit; unique, so
-    each such build is its own variant (never another build's files)."""
-    return Dependency(NOT_CACHED, f"{why} [{uuid.uuid4().hex}]", "0" * 64)
+    each such build is its own variant (never another build's files). reason: a
+    short name, what `abicache stats` counts uncacheable builds by."""
+    return Dependency(NOT_CACHED, f"[{reason}] {why} [{uuid.uuid4().hex}]", "0" * 64)
 
 
-def not_cached(deps: Iterable[Dependency]) -> str:
+def not_cached(deps: Sequence[Dependency]) -> str:
     """Why an entry with these dependencies is not cached ("" if it is)."""
-    for dep in deps:
-        if dep.base == NOT_CACHED:
-            return dep.path.rsplit(" [", 1)[0]
-    return ""
+    found = manifest.uncached_reason(deps)
+    return found[1] if found else ""

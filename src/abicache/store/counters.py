@@ -7,8 +7,9 @@ miss writes anyway, and when the process exits. `abicache stats` sums the
 lines; `abicache stats --zero` starts them again. A process killed with
 SIGKILL loses the counts it had not written yet, never another's.
 
-Counted: hits (local, remote), misses, builds and their seconds, the seconds
-hits saved (each entry's recorded build time), and errors (builds that failed).
+Counted: hits (local, from a read-only store, from a remote), misses, builds and
+their seconds, builds that could not be cached (by reason), the seconds hits saved
+(each entry's recorded build time), and errors (by kind).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
     from .local import Store
 
 LOG = "stats"
-FIELDS = ("hits_local", "hits_remote", "misses", "builds", "build_seconds", "seconds_saved", "errors")
+FIELDS = ("hits_local", "hits_read_only", "hits_remote", "misses", "builds", "build_seconds", "seconds_saved",
+          "uncacheable", "errors")
+#: counts by reason and by kind: "uncacheable:<reason>", "errors:<kind>"
+BREAKDOWNS = ("uncacheable:", "errors:")
 
 _pending: dict[str, tuple[Store, Counter[str]]] = {}
 _lock = threading.Lock()
@@ -78,7 +82,8 @@ def _sums(lines: Sequence[str]) -> tuple[Counter[str], Any, bool]:
             continue
         if since is None:
             since, zeroed = line.get("time"), line.get("zeroed") is True
-        sums.update({k: v for k, v in line.items() if k in FIELDS and isinstance(v, (int, float))})
+        sums.update({k: v for k, v in line.items()
+                     if (k in FIELDS or k.startswith(BREAKDOWNS)) and isinstance(v, (int, float))})
     return sums, since, zeroed
 
 
@@ -88,8 +93,10 @@ def totals(store: Store) -> dict[str, Any]:
     sums, since, zeroed = _sums(store.read_events(LOG))
     doc: dict[str, Any] = {k: round(sums[k], 3) if k.endswith("seconds") or k == "seconds_saved" else int(sums[k])
                            for k in FIELDS}
-    asked = doc["hits_local"] + doc["hits_remote"] + doc["misses"]
-    doc["hit_rate"] = round((doc["hits_local"] + doc["hits_remote"]) / asked, 4) if asked else None
+    hits = doc["hits_local"] + doc["hits_read_only"] + doc["hits_remote"]
+    doc["hit_rate"] = round(hits / (hits + doc["misses"]), 4) if hits + doc["misses"] else None
+    for prefix, field in (("uncacheable:", "uncacheable_by_reason"), ("errors:", "errors_by_kind")):
+        doc[field] = {k[len(prefix):]: int(v) for k, v in sorted(sums.items()) if k.startswith(prefix)}
     doc["since"] = since
     doc["zeroed_at"] = since if zeroed else None
     return doc

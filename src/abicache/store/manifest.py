@@ -13,7 +13,7 @@ import itertools
 import json
 import operator
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import ManifestError, RequirementSyntaxError
 from ..values.records import named_tuple
@@ -83,6 +83,21 @@ class Dependency:
     base: str  # "src", "inc0", ...; "abs" for a file outside every base (path is then absolute)
     path: str
     sha256: str
+
+
+#: the base of a dependency that holds nowhere: the build could not be cached (engine/record.py);
+#: its path is "[reason] why [unique id]"
+UNCACHED = "uncached"
+
+
+def uncached_reason(deps: Sequence[Dependency]) -> tuple[str, str] | None:
+    """(the reason's short name, why) for an entry that is not cached, else None."""
+    for dep in deps:
+        if dep.base == UNCACHED:
+            text = dep.path.rsplit(" [", 1)[0]
+            reason, bracket, why = text[1:].partition("] ") if text.startswith("[") else ("", "", text)
+            return (reason, why) if bracket else ("other", text)
+    return None
 
 
 @named_tuple
