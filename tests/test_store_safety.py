@@ -715,6 +715,34 @@ def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_
     assert kept.file().read_bytes() == b"x" * 1000
 
 
+#: three 1 MiB tables: an object and a library of about 3 MiB, over the 2 MiB disk
+BIG = """const char a[1 << 20] = {1};
+const char b[1 << 20] = {2};
+const char c[1 << 20] = {3};
+int f(void) { return a[5] + b[3] + c[1]; }
+"""
+
+
+def test_a_disk_that_fills_during_the_compile_is_the_same_one_line(small_disk: Path) -> None:
+    """The assembler or the linker failing for want of space printed its own lines ("can't
+    fill 256 bytes in section .rodata", "final link failed", BFD's assertions) as a build
+    failure of the source; now it is the store's one line, as a full disk at publish is,
+    for a unit's object and for the link; the store is left whole."""
+    from abicache.errors import StoreUnwritableError
+
+    cache = Cache(small_disk / "store", remote=False)
+    for sources in ([BIG], [BIG.replace("int f", "int g"), "int h(void) { return 2; }\n"]):
+        with pytest.raises(StoreUnwritableError, match="disk is full") as full:
+            cc.build_library("big", sources, lang="c", cache=cache)
+        text = str(full.value)
+        assert str(small_disk / "store") in text and "\n" not in text and "section" not in text, text
+        assert "No space left on device (" in text and "None" not in text, text
+        assert full.value.__cause__ is None
+    assert verify_store(cache.store, full=True).clean
+    small = cc.load_library("small", ["int f(void) { return 7; }\n"], lang="c", cache=cache)
+    assert small.f() == 7
+
+
 def test_a_read_only_store_serves_hits_and_builds_misses_into_the_users_own(
         small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store on a read-only mount: hits load from it; a miss builds into the per-user

@@ -15,6 +15,7 @@ Several translation units are compiled in parallel, each a cached object.
 
 from __future__ import annotations
 
+import errno
 import ctypes  # cc is imported with abicache, so the first hit does not pay for ctypes
 import os
 import sys
@@ -76,11 +77,27 @@ def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *
     if proc.returncode != 0:
         if interrupt.stopping():
             raise interrupt.Stopped(f"building {what}: interrupted")
+        _refuse_full_disk(argv, cwd, stdout + stderr)
         raise BuildError(
             f"building {what} failed (exit {proc.returncode})",
             command=tuple(argv),
             output=stdout + stderr,
         )
+
+
+#: what a tool prints when the disk or the quota is full (its own words around it vary: the
+#: assembler's "can't fill ... in section", ld's "final link failed", BFD's assertions)
+_FULL = {errno.ENOSPC: os.strerror(errno.ENOSPC), errno.EDQUOT: os.strerror(errno.EDQUOT)}
+
+
+def _refuse_full_disk(argv: Sequence[str], cwd: str | None, output: str) -> None:
+    """A tool that failed for want of space is the store's (or the disk's) failure, not the
+    source's: an OSError naming the output it was writing, which the cache turns into the
+    same one line a full disk gives when it publishes (errors.unwritable_store)."""
+    for code, text in _FULL.items():
+        if text in output:
+            out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)
+            raise OSError(code, text, os.path.join(cwd or os.getcwd(), out) if out else (cwd or os.getcwd()))
 
 
 def _communicate(proc: Any) -> tuple[str, str]:

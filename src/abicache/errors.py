@@ -149,6 +149,8 @@ def unwritable_store(exc: BaseException, root: object) -> StoreUnwritableError |
     the store at root, or about no path: a write to an open file); None for anything else."""
     import os
 
+    if isinstance(exc, StoreUnwritableError):
+        return exc  # said already, by the build of a unit's object further in
     if not isinstance(exc, OSError) or exc.errno not in _FIXES:
         return None
     top = os.fspath(root).rstrip(os.sep) + os.sep  # type: ignore[call-overload]
@@ -157,7 +159,7 @@ def unwritable_store(exc: BaseException, root: object) -> StoreUnwritableError |
         return None
     where = f" ({names[0]})" if names else ""
     error = StoreUnwritableError(f"cannot write the cache store {os.fspath(root)}: "  # type: ignore[call-overload]
-                                 f"{exc.strerror}{where}; {_FIXES[exc.errno]}")
+                                 f"{exc.strerror or os.strerror(exc.errno)}{where}; {_FIXES[exc.errno]}")
     error.errno = exc.errno
     return error
 
