@@ -148,3 +148,27 @@ def test_an_unknown_name_is_reported_and_python_runs_on(wheel_venv: Path, tmp_pa
                               "ABICACHE_DROPIN": "torch,numba"})
     assert out.returncode == 0 and out.stdout.strip() == "ran"
     assert "ABICACHE_DROPIN names numba" in out.stderr and "torch, tvm_ffi" in out.stderr
+
+
+def test_the_readmes_editable_install_routes_unchanged_torch_code(tmp_path: Path) -> None:
+    """`pip install -e .`, as the README installs it: its editable wheel held only a path to
+    src/, no abicache-dropin.pth, and ABICACHE_DROPIN=torch did nothing, without a word."""
+    import json
+
+    _torch()
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    _see_this_venv(venv)
+    # this interpreter's pip and setuptools build it (a venv's bundled setuptools may be older)
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                                "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
+                               capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    assert list(venv.glob("lib/python*/site-packages/abicache-dropin.pth"))
+    routed = _run(venv, tmp_path, ABICACHE_DROPIN="torch")
+    assert routed.returncode == 0, routed.stderr[-3000:]
+    got = json.loads(routed.stdout.strip().splitlines()[-1])
+    assert got["value"] == 7 and got["abicache"]
+    assert not (tmp_path / "torch-ext").exists()

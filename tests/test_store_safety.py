@@ -716,7 +716,7 @@ def test_a_full_disk_or_a_read_only_store_is_one_line_and_hits_still_load(small_
 
 
 #: three 1 MiB tables: an object and a library of about 3 MiB, over the 2 MiB disk
-BIG = """const char a[1 << 20] = {1};
+THREE_MIB = """const char a[1 << 20] = {1};
 const char b[1 << 20] = {2};
 const char c[1 << 20] = {3};
 int f(void) { return a[5] + b[3] + c[1]; }
@@ -731,7 +731,7 @@ def test_a_disk_that_fills_during_the_compile_is_the_same_one_line(small_disk: P
     from abicache.errors import StoreUnwritableError
 
     cache = Cache(small_disk / "store", remote=False)
-    for sources in ([BIG], [BIG.replace("int f", "int g"), "int h(void) { return 2; }\n"]):
+    for sources in ([THREE_MIB], [THREE_MIB.replace("int f", "int g"), "int h(void) { return 2; }\n"]):
         with pytest.raises(StoreUnwritableError, match="disk is full") as full:
             cc.build_library("big", sources, lang="c", cache=cache)
         text = str(full.value)

@@ -16,7 +16,7 @@ import pytest
 
 from abicache import Cache
 from abicache.errors import BuildError, UsageError
-from conftest import SRC
+from conftest import SRC, run_py
 from corpus import TORCH_STABLE, torch_root
 
 pytestmark = pytest.mark.usefixtures("_torch")
@@ -265,3 +265,23 @@ def test_a_header_edit_reloads_a_python_module_in_the_same_process(store: Cache,
     (tmp_path / "value.h").write_text("#define VALUE 99\n")
     second = at.load("dropin_header", [tmp_path / "ext.cpp"], cache=store)
     assert (first.value(), second.value()) == (41, 99)
+
+
+def test_install_after_a_name_was_imported_says_that_name_keeps_torchs_own() -> None:
+    """`from torch.utils.cpp_extension import load_inline`, then install(): the name keeps
+    torch's function (patching the module cannot change it); that was silent."""
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "from torch.utils.cpp_extension import load_inline\n"
+            "import abicache.torch as at\n"
+            "at.install()\n"
+            "import torch.utils.cpp_extension as ce\n"
+            "print(ce.load_inline is at.load_inline, load_inline is at.load_inline)\n")
+    out = run_py(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+    assert out.stderr.count("__main__.load_inline is torch.utils.cpp_extension.load_inline as it was before "
+                            "install()") == 1, out.stderr
+    assert "load " not in out.stderr  # only the name that was bound
+    clean = run_py("import warnings; warnings.simplefilter('always')\nimport abicache.torch as at\nat.install()\n"
+                   "from torch.utils.cpp_extension import load_inline\nprint(load_inline is at.load_inline)\n")
+    assert clean.stdout.split() == ["True"] and "abicache" not in clean.stderr, clean.stderr
