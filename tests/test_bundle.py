@@ -17,7 +17,7 @@ from abicache import Cache, cc
 from abicache.shipping.bundle import platform_tag
 from abicache.cli.main import main
 from abicache.values.requirements import Requirements
-from conftest import SRC, need
+from conftest import SRC, need, writer
 import shared_builds
 
 ADD = 'extern "C" int add(int a, int b) { return a + b; }'
@@ -303,3 +303,35 @@ def test_pip_check_pairs_the_wheel_only_with_a_torch_it_can_load(tmp_path: Path,
         results[name] = [line for line in checked.stdout.splitlines() if line.startswith("pinned-kernels")]
     assert not any("torch" in line for line in results["with-torch"]), results
     assert any("requires torch, which is not installed" in line for line in results["without"]), results
+
+
+def test_bundle_check_of_another_torch_version_does_not_take_this_torchs_build(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--env torch.version=2.14.0 says another torch install: its torch.build is not this
+    one's, so an extension tied to this torch's build does not "load" there (it did)."""
+    cache = Cache(tmp_path / "s")
+    build = cache.facts.get("torch.build")
+    if build is None:
+        pytest.skip("torch is not installed here")
+    cache.get_or_build("t", "ext", {}, writer({"ext.so": b"x"}), requires=[f"torch.build == {build}"])
+    version = cache.facts.get("torch.version")
+    assert main(["bundle", "--check", "--json", "--root", str(tmp_path / "s"), "--env", "torch.version=2.14.0",
+                 "--env", f"torch.version={version},torch.build={build}", "ext"]) == 1
+    verdicts = {v["environment"]: v for v in json.loads(capsys.readouterr().out)}
+    assert verdicts["torch.version=2.14.0"]["variant"] is None, verdicts
+    assert f"torch.build == {build}" in verdicts["torch.version=2.14.0"]["needs"]
+    assert verdicts[f"torch.version={version},torch.build={build}"]["variant"]
+
+
+def test_build_always_without_a_compiler_says_the_shipped_variant_fits(built: Path, tmp_path: Path) -> None:
+    """ABICACHE_BUILD=always and no compiler: the shipped variant of these very inputs was
+    said to be "built from other inputs"; it fits, and the setting is why it was not loaded."""
+    out = tmp_path / "shipped"
+    assert main(["bundle", "--out", str(out), "--root", str(built), "twice"]) == 0
+    code = f"from abicache import Cache, cc\ncc.build_module('twice', [{TWICE!r}], lang='c', " \
+           f"cache=Cache({str(tmp_path / 'fresh')!r}))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=_no_compiler(tmp_path, ABICACHE_READ_STORES=str(out), ABICACHE_BUILD="always"))
+    assert done.returncode == 1
+    assert "fits here, of these very inputs: ABICACHE_BUILD=always builds anyway" in done.stderr, done.stderr[-2000:]
+    assert "built from other inputs" not in done.stderr

@@ -41,7 +41,22 @@ def assumed_facts(assume: list[str]) -> Facts:
             raise AbicacheError(f"--assume {item!r}: no fact is named {name.strip()!r}; the facts are "
                                 + ", ".join(FACT_NAMES))
         overrides[name.strip()] = value.strip() or None
-    return Facts().with_overrides(overrides)
+    return Facts().with_overrides({**_unknown_with(overrides), **overrides})
+
+
+#: facts measured together of one install: assuming one says another install, whose other
+#: facts this one's are not (torch.version=2.14.0 with this torch 2.13's torch.build "loaded" a
+#: 2.13-only extension); those not given are unknown, and a requirement on them is unmet
+_ONE_INSTALL = (
+    ("torch.version", "torch.git", "torch.cuda", "torch.hip", "torch.cxx11abi", "torch.build", "torch.flavor",
+     "torch.root"),
+    ("python.implementation", "python.version", "python.abi", "python.abi3"),
+)
+
+
+def _unknown_with(overrides: dict[str, str | None]) -> dict[str, str | None]:
+    return {other: None for group in _ONE_INSTALL if any(n in overrides for n in group)
+            for other in group if other not in overrides}
 
 
 def _judge(path: Path, facts: Facts) -> dict[str, Any]:

@@ -75,6 +75,12 @@ class Cache(Finding, SingleFlight, Making, Counting):
         self._fallen: Cache | None = None  # where misses build if this store cannot be written
         self._fallback_of: Path | None = None  # the store this one stands in for
 
+    def _described_or_none(self, kind: str, name: str, inputs: keys.Inputs) -> dict[str, Any] | None:
+        try:
+            return self.key_for(kind, name, inputs)[1]
+        except Exception:  # noqa: BLE001  a hint's detail: the error it is added to is the news
+            return None
+
     def __repr__(self) -> str:
         return f"Cache({str(self.root)!r})"
 
@@ -193,7 +199,7 @@ class Cache(Finding, SingleFlight, Making, Counting):
                 if exc.missing_tool and not exc.hint and kind not in INTERNAL_KINDS:
                     from .explain import no_fit
 
-                    exc.hint = no_fit(kind, name, self.store, self._unmet)
+                    exc.hint = no_fit(kind, name, self.store, self._unmet, self._described_or_none(kind, name, inputs))
                 raise exc.with_traceback(None) from None
             except OSError as exc:  # a failed try leaves nothing behind, as a killed build does
                 if attempt + 1 == transient.TRIES or not transient.in_store(exc, self.store.root):

@@ -272,15 +272,34 @@ def _lacking(manifest: Manifest, unmet: Callable[[Manifest], list[Any]]) -> str:
     return "; ".join(str(u) for u in unmet(manifest))
 
 
-def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]]) -> str:
+def no_fit(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]],
+           described: Mapping[str, Any] | None = None) -> str:
     """Where a build cannot run (no compiler): the variants of (kind, name) the local store
-    and the read-only stores hold, and what each needs that this environment lacks."""
-    lines = [f"  {where}: variant {m.variant} " + (f"needs {_lacking(m, unmet)}" if _lacking(m, unmet) else
-             f"was built from other inputs (abicache explain {name})") for where, m in _variants(kind, name, local)]
+    and the read-only stores hold, and what each needs that this environment lacks (described:
+    the call's inputs, to tell a variant of these very inputs from one of others)."""
+    lines = [f"  {where}: variant {m.variant} " + _verdict(m, name, unmet, described)
+             for where, m in _variants(kind, name, local)]
     if not lines:
         return (f"No prebuilt {kind} {name!r} is in the local store or a read-only store (ABICACHE_READ_STORES, "
                 "the abicache.stores entry points of installed packages).")
     return f"No prebuilt {kind} {name!r} fits this environment:\n" + "\n".join(lines)
+
+
+def _verdict(m: Manifest, name: str, unmet: Callable[[Manifest], list[Any]],
+             described: Mapping[str, Any] | None) -> str:
+    lacking = _lacking(m, unmet)
+    if lacking:
+        return f"needs {lacking}"
+    from ..store.asked import asked
+
+    # the same inputs but for the tools' identities (none here: no compiler to name)
+    if described is not None and asked(m.inputs) == asked(described):
+        from ..settings import config
+
+        if config.build_mode() == "always":
+            return "fits here, of these very inputs: ABICACHE_BUILD=always builds anyway (auto loads it)"
+        return "fits here, of these very inputs"
+    return f"was built from other inputs (abicache explain {name})"
 
 
 def tier_variants(kind: str | None, name: str, unmet: Callable[[Manifest], list[Any]]) -> list[dict[str, str]]:
@@ -292,7 +311,7 @@ def tier_variants(kind: str | None, name: str, unmet: Callable[[Manifest], list[
 
 
 def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], list[Any]],
-              facts: FactSource) -> str:
+              facts: FactSource, described: Mapping[str, Any] | None = None) -> str:
     """The error of a miss where ABICACHE_BUILD=never: every variant there is and what it needs,
     and this environment's facts that the variants' requirements name."""
     from ..env.facts import FACT_NAMES
@@ -301,6 +320,6 @@ def forbidden(kind: str, name: str, local: Store, unmet: Callable[[Manifest], li
         or {"platform.machine", "python.abi", "torch.version", "gpu.arch"}
     here = ", ".join(f"{n}={facts.get(n)}" for n in FACT_NAMES if n in named)
     return (f"{kind} {name!r} is in no store, and ABICACHE_BUILD=never forbids building it here.\n"
-            f"{no_fit(kind, name, local, unmet)}\nThis environment: {here}.\n"
+            f"{no_fit(kind, name, local, unmet, described)}\nThis environment: {here}.\n"
             "Ship a variant for it (abicache bundle --check --env ... shows which), or let it build "
             "(ABICACHE_BUILD=auto).")

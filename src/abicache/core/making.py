@@ -38,7 +38,7 @@ class Making:
         if config.build_mode() == "never":
             from .explain import forbidden
 
-            raise BuildForbiddenError(forbidden(kind, name, self.store, self._unmet, self.facts))
+            raise BuildForbiddenError(forbidden(kind, name, self.store, self._unmet, self.facts, described))
         with self.store.stage() as stage:
             start = time.perf_counter()
             try:
