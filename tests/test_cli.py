@@ -414,6 +414,12 @@ def test_explain_last_says_why_each_recent_miss_missed(root: Path, capsys: pytes
     assert [d["what"] for d in last["candidates"][0]["differences"]] == ["flags"] and not last["hit"]
     assert main(["stats", "--json", "--root", str(root)]) == 0
     assert [m["name"] for m in json.loads(capsys.readouterr().out)["last_misses"]] == ["m", "m"]
+    assert main(["gc", "--all", "--root", str(root)]) == 0  # the neighbours go: the second miss had one
+    capsys.readouterr()
+    assert main(["explain", "--last", "1", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "1 other entry with this kind and name was in the cache when it missed; none is now" in out, out
+    assert "no other entry" not in out
     from abicache.store import logs
 
     monkeypatch.setattr(logs, "MAX_BYTES", 2000)

@@ -3,6 +3,7 @@ exactly which inputs or facts differ."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -39,13 +40,20 @@ class Explanation:
     key: str | None
     hit: bool
     candidates: tuple[Candidate, ...]
+    #: a past miss: how many entries of its kind and name the cache held then (None: unknown)
+    there_then: int | None = None
 
     def lines(self) -> list[str]:
         head = f"{self.kind} {self.name!r}: " + ("hit" if self.hit else "miss")
         if self.key:
             head += f" (key {self.key[:16]})"
         out = [head]
-        if not self.candidates:
+        if not self.candidates and self.there_then:
+            one = self.there_then == 1
+            out.append(f"  {self.there_then} other {'entry' if one else 'entries'} with this kind and name "
+                       f"{'was' if one else 'were'} in the cache when it missed; none is now (evicted or removed "
+                       "since), so what differed cannot be shown")
+        elif not self.candidates:
             out.append("  no other entry with this kind and name is in the cache")
         for cand in self.candidates[:3]:
             m = cand.manifest
@@ -63,6 +71,7 @@ class Explanation:
             "name": self.name,
             "key": self.key,
             "hit": self.hit,
+            "there_then": self.there_then,
             "candidates": [
                 {
                     "key": c.manifest.key,
@@ -218,12 +227,14 @@ MISSES_LOG = "misses"
 
 
 def record_miss(store: Store, kind: str, name: str, key: str, wanted: Mapping[str, Any]) -> None:
-    """Note a miss (a miss builds: one appended line costs nothing beside that)."""
+    """Note a miss, and how many entries of its name were there (a miss builds: one appended
+    line and one read of the name's index cost nothing beside that)."""
     import json
     import time
 
-    line = json.dumps({"time": time.time(), "kind": kind, "name": name, "key": key, "wanted": dict(wanted)},
-                      sort_keys=True, separators=(",", ":"), default=str)
+    there = sum(1 for _ in itertools.islice(store.iter_name_variants(kind, name), 256))
+    line = json.dumps({"time": time.time(), "kind": kind, "name": name, "key": key, "wanted": dict(wanted),
+                       "there": there}, sort_keys=True, separators=(",", ":"), default=str)
     store.log_event(MISSES_LOG, line)
 
 
@@ -246,8 +257,10 @@ def last_misses(store: Store, count: int) -> list[dict[str, Any]]:
 
 def explain_miss(store: Store, facts: FactSource, miss: Mapping[str, Any]) -> Explanation:
     """Why a recorded miss missed: what was asked for, against the entries there were then."""
-    return explain(store, facts, miss["kind"], miss["name"], miss["wanted"], miss["key"],
-                   before=float(miss.get("time") or 0.0) or None)
+    found = explain(store, facts, miss["kind"], miss["name"], miss["wanted"], miss["key"],
+                    before=float(miss.get("time") or 0.0) or None)
+    there = miss.get("there")
+    return dataclasses.replace(found, there_then=there) if isinstance(there, int) else found
 
 
 # ---- nothing fits ----------------------------------------------------------------
