@@ -53,7 +53,10 @@ def configuration_md() -> str:
             "and either file is read only if nobody else could have written it "
             "([Security model](../security.md#where-a-setting-may-come-from)). "
             "`abicache config list` shows where each value comes from and what was refused, "
-            "`abicache config set max_size 10G` writes one.\n\n"
+            "`abicache config set max_size 10G` writes one. The first `Cache` of a process parses every "
+            "setting: a bad value is one error naming each setting, its value, where it was set and what is "
+            "accepted (a hit fails as a miss does); an `ABICACHE_` variable that is no setting is named in "
+            "one warning with the closest setting.\n\n"
             "| variable | default | meaning |\n|---|---|---|\n" + rows + "\n")
 
 

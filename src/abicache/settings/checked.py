@@ -13,7 +13,7 @@ checked where they are parsed, when the Cache makes its remote tier.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Iterable
 
 from . import config, settings_file
 from ..errors import ConfigError, warn_once
@@ -60,7 +60,7 @@ def every() -> int:
 
 def check_once() -> None:
     """Raise one ConfigError naming every bad setting; warn once of each ABICACHE_* variable
-    that is no setting. Once per process for each set of ABICACHE_* variables."""
+    that is no setting. Once per process for each state of the settings (_state)."""
     state = _state()
     if state in _passed:
         return
@@ -109,8 +109,8 @@ def _where(name: str) -> str:
     return "the environment" if source == "environment" else source
 
 
-def _warn_unknown(names: object) -> None:
-    for name in names:  # type: ignore[attr-defined]
+def _warn_unknown(names: Iterable[str]) -> None:
+    for name in names:
         if name in config.VARIABLES or name in _CHANNELS or name.startswith(_CHANNEL_PREFIXES):
             continue
         import difflib
