@@ -92,15 +92,12 @@ def _state() -> tuple[object, ...]:
     """What the settings were parsed under: the values of the variables parsed, and the
     environment's size (a variable added, an unknown one among them, makes it another
     state). Cheap: a new Cache in a process pays this, not a walk of the environment."""
-    if _RAW is not None:
-        return (len(_RAW), *map(_RAW.get, _RAW_NAMES))
+    raw = config._ENV  # os.environ's own bytes (config.py): 16 lookups, 1 us
+    if raw is not None:
+        return (len(raw), *map(raw.get, _RAW_NAMES))
     return (len(os.environ), *map(os.environ.get, PARSERS))
 
 
-#: os.environ's own mapping of bytes on POSIX (what os.environ.get decodes and encodes
-#: around: 16 lookups cost 14 us that way, 1 us this way), where it is one
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_RAW = _RAW if isinstance(_RAW, dict) else None
 _RAW_NAMES = [os.fsencode(name) for name in PARSERS]
 
 
