@@ -216,3 +216,26 @@ def test_no_compiler_on_path_is_said_once_naming_the_library(tmp_path: Path) -> 
     assert out.stderr.count("compiler 'cc' not found while building library mylib") == 1, out.stderr
     assert "No prebuilt cc.library 'mylib'" in out.stderr and "cc.object" not in out.stderr, out.stderr
     assert "observer" not in out.stderr, out.stderr
+
+
+def test_the_second_call_in_a_process_hashes_nothing_the_lookup_vouched_for(tmp_path: Path) -> None:
+    """A process whose first call was a hit: its second call arms the in-process watch, and
+    checked the entry again by hashing its system files (libc, crt objects, the compiler's
+    libraries: 58 ms) where the stamp the lookup had just read vouched for them."""
+    code = textwrap.dedent(f"""
+        import json
+        from abicache import Cache, cc
+        from abicache.store import blobs
+        cache = Cache({str(tmp_path / 's')!r})
+        lib = cc.load_library("twice", ["int f(void) {{ return 3; }}\\n"], lang="c", cache=cache)
+        hashed = []
+        real = blobs.hash_file
+        blobs.hash_file = lambda path, *a, **k: (hashed.append(str(path)), real(path, *a, **k))[1]
+        again = cc.load_library("twice", ["int f(void) {{ return 3; }}\\n"], lang="c", cache=cache)
+        print(json.dumps({{"value": again.f(), "hashed": hashed}}))
+    """)
+    first = run_py(code)  # builds, then its second call
+    assert first.returncode == 0, first.stderr
+    second = run_py(code)  # a hit, then its second call
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout.splitlines()[-1]) == {"value": 3, "hashed": []}

@@ -6,6 +6,7 @@ The cache knows no compiler: a frontend describes the inputs and passes a
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -224,7 +225,9 @@ class Cache(Finding, SingleFlight, Making, Counting):
             if found.origin == "built":  # stamp the witnesses now: the next hit stats, and writes nothing
                 self.store.deps_changed(found.path, found.manifest, bases)
             m = found.manifest
-            found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env, m.system))
+            recall = functools.partial(self.store.remembered_deps, found.path)  # the stamp just checked or written
+            found = found._replace(bases=bases, watch=depcheck.Current(m.deps, bases, m.absent, m.env, m.system,
+                                                                       recall))
         self._memo[memo_key] = found._replace(hit=True, origin="local")  # later calls in this process find it
         return found
 

@@ -259,6 +259,10 @@ class Store(Publishing):
                          order=order, old=stamp.names)
         return None
 
+    def remembered_deps(self, vdir: Path) -> dict[str, list[int]]:
+        """The witnesses at which the entry's dependencies were found current (its stamp)."""
+        return stamps.read_deps(vdir, self.trust.ok)
+
     def deps_changed(self, vdir: Path, manifest: Manifest, bases: Mapping[str, str]) -> Dependency | None:
         """The first of the entry's dependencies whose file changed (None: all
         current); witnesses of current ones are remembered in its stamp for
