@@ -6,8 +6,10 @@ on their bytes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -153,3 +155,40 @@ def test_manifest_dependencies_are_read_in_canonical_order(tmp_path: Path) -> No
     doc["deps"][0] = ["src", "b.h", 5]
     with pytest.raises(mf.ManifestError, match="dependency"):
         mf.parse(json.dumps(doc).encode(), local=True)
+
+
+def test_abicaches_inotify_reports_what_inotify_simple_reports(tmp_path: Path) -> None:
+    """store/inotify.py replaced inotify_simple (whose import cost the second call of a process
+    8-16 ms): the same folder watched by both, the same operations, the same events."""
+    inotify_simple = pytest.importorskip("inotify_simple")
+    if sys.platform != "linux":
+        pytest.skip("inotify is Linux's")
+    from abicache.store import inotify
+
+    mask = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_FROM
+            | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_DELETE_SELF
+            | inotify.IN_MOVE_SELF)
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    ours, theirs = inotify.Inotify(), inotify_simple.INotify()
+    try:
+        our_wd = ours.add_watch(str(folder), mask)
+        their_wd = theirs.add_watch(str(folder), mask)
+        assert ours.read() == [] and theirs.read(timeout=0) == []
+        (folder / "a.h").write_text("1")
+        os.chmod(folder / "a.h", 0o600)
+        os.rename(folder / "a.h", folder / "b.h")
+        (folder / "b.h").unlink()
+        (folder / "sub").mkdir()
+        os.rmdir(folder / "sub")
+        os.rmdir(folder)  # the watch itself goes: DELETE_SELF, then IGNORED
+        got = ours.read()
+        want = [(our_wd, e.mask) for e in theirs.read(timeout=0) if e.wd == their_wd]
+        assert got == want and len(got) >= 8, (got, want)
+        assert got[-1][1] & inotify.IN_IGNORED
+        with pytest.raises(OSError) as missing:
+            ours.add_watch(str(tmp_path / "nowhere"), mask)
+        assert missing.value.errno == errno.ENOENT
+    finally:
+        ours.close()
+        theirs.close()

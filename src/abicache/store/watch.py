@@ -3,7 +3,7 @@ system call per file: an in-process memo of a build that read 200 headers
 must see an edit (a notebook editing a header and loading again) and still
 answer in microseconds.
 
-Linux, with inotify_simple: one inotify instance per process watches each
+Linux, with inotify (store/inotify.py): one inotify instance per process watches each
 folder that holds checked files (and the folder a linked file leads to, and
 a file with other hard links itself); any event in it (a write, a chmod, a
 file created, moved or deleted, the folder itself moved) bumps that folder's
@@ -28,22 +28,16 @@ class _Events:
     """The process's inotify instance and the generation of each watched folder."""
 
     def __init__(self) -> None:
-        import ctypes
+        from . import inotify
 
-        import inotify_simple
-        from inotify_simple import INotify, flags
-
-        # inotify_simple finds libc with ctypes.util.find_library, which runs
-        # `ldconfig -p`: 5 ms and a process. The running program already has libc.
-        if getattr(inotify_simple, "_libc", 1) is None:
-            inotify_simple._libc = ctypes.CDLL(None, use_errno=True)
-        self._inotify = INotify()
+        self._inotify = inotify.Inotify()
         import atexit
 
-        atexit.register(self._inotify.close)  # no "unclosed file" warning at exit
-        self._mask = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.MOVED_FROM | flags.MOVED_TO
-                      | flags.CREATE | flags.DELETE | flags.DELETE_SELF | flags.MOVE_SELF)
-        self._overflow, self._ignored = flags.Q_OVERFLOW, flags.IGNORED
+        atexit.register(self._inotify.close)
+        self._mask = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_FROM
+                      | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_DELETE_SELF
+                      | inotify.IN_MOVE_SELF)
+        self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
         self.folders: dict[tuple[str, int, int], int] = {}  # (folder, device, inode) -> watch descriptor
         self.generation: dict[int, int] = {}  # watch descriptor -> events seen
         self.lock = threading.Lock()
@@ -65,15 +59,15 @@ class _Events:
         return wd
 
     def drain(self) -> None:
-        for event in self._inotify.read(timeout=0):
-            if event.mask & self._overflow:  # events were lost: everything may have changed
+        for event_wd, mask in self._inotify.read():
+            if mask & self._overflow:  # events were lost: everything may have changed
                 for wd in self.generation:
                     self.generation[wd] += 1
                 continue
-            self.generation[event.wd] = self.generation.get(event.wd, 0) + 1
-            if event.mask & self._ignored:  # the watch is gone (folder deleted): never trust it again
-                self.generation[event.wd] = -1 - self.generation[event.wd]
-                self.folders = {f: w for f, w in self.folders.items() if w != event.wd}
+            self.generation[event_wd] = self.generation.get(event_wd, 0) + 1
+            if mask & self._ignored:  # the watch is gone (folder deleted): never trust it again
+                self.generation[event_wd] = -1 - self.generation[event_wd]
+                self.folders = {f: w for f, w in self.folders.items() if w != event_wd}
 
 
 _events: _Events | None = None
@@ -87,7 +81,7 @@ def _shared() -> _Events | None:
         try:
             _events = _Events()
         except (ImportError, OSError, AttributeError):
-            _events = None  # not Linux, no inotify_simple, or no inotify instance left
+            _events = None  # not Linux, or no inotify instance left
     return _events
 
 
