@@ -657,3 +657,30 @@ def test_the_observers_private_copy_is_never_one_another_user_planted(tmp_path: 
     got = fresh(tmp_path / "third store: with a space", ["src/x.cpp"], cwd=proj, cflags=["-Iinc"],
                 env={"XDG_RUNTIME_DIR": str(public), "ABICACHE_TEST_PLANTED_MARK": str(mark)})
     assert got["value"] == 7 and got["warnings"] == [] and not mark.exists(), got
+
+
+@HOSTILE
+def test_a_size_record_another_user_wrote_does_not_stop_the_cap(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """log/size (the size the last eviction measured) planted by another user with 0 bytes,
+    fresh: believed, it would keep every build from evicting for a minute."""
+    import time as clock
+
+    from abicache.store import gc
+    from conftest import writer
+
+    root = tmp_path / "store"
+    monkeypatch.setenv("ABICACHE_MAX_SIZE", "50K")
+    cache = Cache(root, remote=False)
+    cache.get_or_build("t", "k0", {"extra": {"n": 0}}, writer({"f": os.urandom(20_000)}))
+    planted = cache.store.layout.log / "size"
+    for owner, mode in ((hostile.ATTACKER, 0o644), (os.getuid(), 0o666)):
+        planted.unlink(missing_ok=True)
+        planted.write_text(f"0 {clock.time()}")
+        os.chown(planted, owner, owner)
+        planted.chmod(mode)
+        for n in range(1, 5):
+            cache.get_or_build("t", f"k{owner}-{n}", {"extra": {"n": f"{owner}-{n}"}},
+                               writer({"f": os.urandom(20_000)}))
+            assert gc.disk_usage(cache.store)[0] <= 50 * 1024, (owner, n)
+        assert planted.stat().st_uid == os.getuid() and planted.stat().st_mode & 0o022 == 0  # ours again

@@ -104,11 +104,11 @@ def _xdg_cache_root() -> Path | None:
 def lookup(name: str) -> tuple[str | None, str]:
     """(the value, where it comes from): the environment, the user's config file, the
     store's config file within what it may set (setting_sources.py), or (None, "default")."""
-    if _ENV is not None:  # os.environ's own bytes: no encoding of each name, no decoding of each value
-        raw = _ENV.get(_NAMES.get(name) or os.fsencode(name))
+    if RAW_ENVIRON is not None:  # os.environ's own bytes: no encoding of each name, no decoding of each value
+        raw = RAW_ENVIRON.get(_NAMES.get(name) or os.fsencode(name))
         if raw is not None:
             return os.fsdecode(raw), "environment"
-        steer: tuple[object, ...] = tuple(map(_ENV.get, _STEERING))
+        steer: tuple[object, ...] = tuple(map(RAW_ENVIRON.get, _STEERING))
     else:
         if name in os.environ:
             return os.environ[name], "environment"
@@ -125,8 +125,8 @@ def lookup(name: str) -> tuple[str | None, str]:
 
 #: os.environ's mapping of bytes on POSIX (os.environ encodes each name and decodes each value:
 #: a setting read cost 4 us that way), and the names in it
-_ENV = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_ENV = _ENV if isinstance(_ENV, dict) else None
+RAW_ENVIRON = getattr(os.environ, "_data", None) if os.name == "posix" else None
+RAW_ENVIRON = RAW_ENVIRON if isinstance(RAW_ENVIRON, dict) else None
 _NAMES = {name: os.fsencode(name) for name in VARIABLES}
 _STEERING = tuple(os.fsencode(name) for name in settings_file.STEERING)
 

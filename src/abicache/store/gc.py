@@ -375,11 +375,21 @@ def keep_under(store: Store, max_size: int, built: Path | None = None, added: in
 
 
 def _measured(store: Store) -> tuple[int, float] | None:
+    """(bytes, when measured) from log/size, believed only if ours (owner and mode, as every
+    file of the store): another user's would steer eviction (a size of 0 would stop it)."""
     try:
-        size, _, when = (store.layout.log / _SIZE).read_text().partition(" ")
+        fd = os.open(store.layout.log / _SIZE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not store.trust.ok(os.fstat(fd)):
+            return None  # measured again; _remember replaces it with ours
+        size, _, when = os.read(fd, 64).decode().partition(" ")
         return int(size), float(when)
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _remember(store: Store, size: int, when: float) -> None:
