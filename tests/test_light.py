@@ -78,6 +78,48 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
     assert json.loads(out.stdout) == {"value": 7, "spawned": [], "heavy": [], "compiled": []}
 
 
+#: what a fresh process's hit must not import at all: typing (2-3 ms), OpenSSL's hashlib (2-3 ms:
+#: a hit hashes short texts, values/digest.py), threading (its Lock is _thread's), dataclasses
+NEVER_ON_A_HIT = ("typing", "hashlib", "_hashlib", "threading", "dataclasses", "inspect", "tempfile")
+HIT_ADDS = textwrap.dedent("""
+    import sys
+    before = set(sys.modules)
+    from abicache import Cache, cc
+    lib = cc.load_library("hitlib", [SRC], cache=Cache(ROOT))
+    assert lib.answer() == 7
+    print(" ".join(m for m in NEVER if m in sys.modules and m not in before) or "none")
+""")
+
+
+def test_a_fresh_process_hit_imports_no_typing_hashlib_or_threading(tmp_path: Path) -> None:
+    """Run without site (-S), where nothing has imported these first: each costs a fresh
+    process milliseconds that its hit does not need (issue 49: the hit at its floor)."""
+    import time
+
+    from abicache.store import stamps
+
+    need("c++")
+    src = 'extern "C" int answer() { return 7; }'
+    root = tmp_path / "store"
+    cc.build_library("hitlib", [src], cache=Cache(root))
+    time.sleep(stamps.RACY_SECONDS + 0.1)
+    assert cc.build_library("hitlib", [src], cache=Cache(root)).hit  # the first hit may stamp (hashing): once
+    code = HIT_ADDS.replace("SRC", repr(src)).replace("ROOT", repr(str(root))).replace("NEVER", repr(NEVER_ON_A_HIT))
+    out = run_without_site(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["none"]
+
+
+def run_without_site(code: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SRC
+    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+
+
 def test_the_torch_frontend_imports_nothing_only_a_miss_uses() -> None:
     """abicache.torch, imported by every fresh process that loads an extension, leaves
     torch.compile's cache and the miss-only modules to their first use."""

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence, Union
+from collections.abc import Mapping
 
 from .engine import steer, tree as trees
 from .engine.job import Job
@@ -31,7 +31,12 @@ from .errors import AbicacheError, BuildError
 from .core.key import Inputs
 from .values.records import named_tuple
 
-Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Sequence, Union
+
+if TYPE_CHECKING:
+    Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 _COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
 _LANGS = {"c": ("CC", "cc", "compiler.cc", ".c"), "c++": ("CXX", "c++", "compiler.cxx", ".cpp")}
 _loaded: dict[tuple[Any, ...], Any] = {}

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import sys
 
-# Every Python process of a user who set ABICACHE_DROPIN imports this module at
-# start-up, torch user or not: it imports nothing else (not typing, not
-# importlib.abc; the hook classes below are duck-typed as the import system
-# allows), and abicache's package imports nothing up front (__init__.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
     from types import ModuleType
     from typing import Any, Sequence
+
+# Every Python process of a user who set ABICACHE_DROPIN imports this module at
+# start-up, torch user or not: it imports nothing else (not typing, not
+# importlib.abc; the hook classes below are duck-typed as the import system
+# allows), and abicache's package imports nothing up front (__init__.py).
 
 VARIABLE = "ABICACHE_DROPIN"
 #: name in ABICACHE_DROPIN -> (the module patched, the abicache module whose install() patches it)

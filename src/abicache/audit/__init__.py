@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import BuildError
-from ..values.requirements import FactSource, Requirement, Requirements
+from ..values.requirements import Requirement, Requirements
 from . import amdgpu, cuda, elf, native, offload, python_abi, torch_abi
 from .errors import AuditError
 from .findings import FileAudit, Finding, finding
+
+if TYPE_CHECKING:
+    from ..values.requirements import FactSource
 
 __all__ = ["AuditError", "FileAudit", "Finding", "audit_file", "detect"]
 

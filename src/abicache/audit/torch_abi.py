@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..values import versions
 from ..env import toolid
-from ..values.requirements import FactSource, Requirements
+from ..values.requirements import Requirements
 from .elf import ElfInfo, Symbol
 from .findings import Finding, demangle, finding, sample
+
+if TYPE_CHECKING:
+    from ..values.requirements import FactSource
 
 UNGUARDED_FLOOR = "2.9"
 _UNSTABLE = re.compile(r"^_Z(?:N[KRVO]*|T[VIST]N)(3c10|2at|5torch|6caffe2|8pybind11)(?!6stable|10headeronly)")

@@ -10,7 +10,6 @@ requirements and the dependencies the compiler read. Any other return value
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
 
 from . import key as keys
 from ..errors import AbicacheError
@@ -19,7 +18,12 @@ from ..values.requirements import Requirements
 from ..store import Manifest
 from ..store.manifest import Absent, Dependency, System
 
-Builder = Callable[[Path], Any]
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    Builder = Callable[[Path], Any]
 
 
 @named_tuple
@@ -33,7 +37,8 @@ class BuildResult:
     env: Sequence[tuple[str, str]] = ()  # (variable read, sha256 of its value or "unset")
     system: Sequence[System] = ()  # files read in system folders, a group a folder
 # (stage, files, declared, facts) -> (detected requirements, audit summary)
-Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
+if TYPE_CHECKING:
+    Auditor = Callable[[Path, Sequence[str], Requirements, Any], "tuple[Requirements, dict[str, Any]]"]
 
 
 @named_tuple

@@ -9,11 +9,10 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..settings import checked, config
 from . import key as keys
-from .artifact import Artifact, Auditor, Builder, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
+from .artifact import Artifact, BuildResult, as_inputs  # noqa: F401  (Artifact, BuildResult: re-exported)
 from .counting import INTERNAL_KINDS, Counting, error_kind
 from ..env import Facts
 from ..errors import BuildError, UsageError, unwritable_store
@@ -26,7 +25,12 @@ from ..store import deps as depcheck, transient
 from ..store.manifest import FILENAME as MANIFEST_FILE  # noqa: F401  (what a variant folder holds)
 from ..settings.owners import group_setting
 
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from .artifact import Auditor, Builder
     from .explain import Explanation
     from ..remote import RemoteSettings, Tier
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typing import Any
 
 from ..settings import config
 from .artifact import Artifact
 from ..errors import BuildError, ConfigError, warn_once
 from ..store import counters
 from ..store.manifest import uncached_reason
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any
 
 def error_kind(exc: BaseException) -> str:
     """What `abicache stats` counts a failed call as."""

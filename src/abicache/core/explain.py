@@ -8,13 +8,15 @@ import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from ..shipping import tiers
 from ..errors import ManifestError
-from ..values.requirements import FactSource
 from ..store import Manifest, Store
 from ..store.local import children
+
+if TYPE_CHECKING:
+    from ..values.requirements import FactSource
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..settings import config
 from .artifact import Artifact, artifact_of
@@ -17,6 +16,10 @@ from ..errors import AbicacheWarning, ManifestError
 from ..store import Manifest
 from ..store import deps as depcheck, transient
 from ..store.manifest import preference
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
 class Finding:

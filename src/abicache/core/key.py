@@ -8,24 +8,28 @@ unrelated environment variables never enter it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any, Mapping, Protocol, Sequence
 
+from ..values.digest import sha256_hex
 from ..values.records import named_tuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Protocol, Sequence
 
 
 KEY_SCHEME = "abicache-key-v1"
 
 
-class FactSource(Protocol):
-    def get(self, name: str) -> str | None: ...
+if TYPE_CHECKING:
+    class FactSource(Protocol):
+        def get(self, name: str) -> str | None: ...
 
 
 def _digest(data: str | bytes) -> str:
     # surrogateescape: a source file's non-UTF-8 bytes come back as they were read (tree.read_source)
     raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
-    return hashlib.sha256(raw).hexdigest()
+    return sha256_hex(raw)
 
 
 @named_tuple
@@ -95,4 +99,4 @@ def canonical_json(doc: Any) -> str:
 def compute(kind: str, name: str, described: Mapping[str, Any]) -> str:
     """The key: sha256 over the scheme, kind, name and the described inputs."""
     text = canonical_json({"scheme": KEY_SCHEME, "kind": kind, "name": name, **described})
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # a file name may be any bytes
+    return sha256_hex(text.encode("utf-8", "surrogatepass"))  # a file name may be any bytes

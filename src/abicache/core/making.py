@@ -7,15 +7,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
 
 from ..settings import config
 from .._version import __version__
-from .artifact import Artifact, Builder, BuildResult, artifact_of
+from .artifact import Artifact, BuildResult, artifact_of
 from ..errors import AbicacheError, BuildError, BuildForbiddenError, ManifestError, UsageError
 from ..values.requirements import Requirement, Requirements
 from ..store import Manifest, transient
 from ..store.manifest import check_text, variant_id
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+    from .artifact import Builder
 
 
 class Making:

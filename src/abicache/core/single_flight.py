@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import itertools
 from contextlib import suppress
-from typing import Any, Callable
 
 from .artifact import Artifact
 from ..errors import ManifestError
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 #: waits for the fleet's lease before a miss builds without one (the lease changed hands each time)
 _FLEET_ROUNDS = 3

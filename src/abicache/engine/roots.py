@@ -19,11 +19,14 @@ links, to match what depfiles name.
 
 from __future__ import annotations
 
+from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
 import json
 import os
-import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 #: never covered, though compilers search them: users put their own headers there
 _UNCOVERED = ("/usr/local/include",)
@@ -72,7 +75,7 @@ def compiler_dirs_later(compiler: Sequence[str], lang: str = "c++", memo_dir: Pa
         _memo[key] = known
         return lambda: known
     asking = _start([*compiler, *probe_flags], lang)
-    lock = threading.Lock()
+    lock = allocate_lock()
 
     def result() -> tuple[str, ...]:
         with lock:  # the build's worker threads may all ask at once

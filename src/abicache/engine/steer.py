@@ -14,9 +14,12 @@ the keys, the recorded dependencies and every in-process memo alike.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
 
 from ..env.toolid import command, compiler_at
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Sequence
 
 __all__ = ["ENVIRONMENT", "HARMLESS", "command", "compiler_at", "compiler_flags", "environment", "fingerprint",
            "for_cxx", "key_extra", "recorded_env"]

@@ -21,14 +21,20 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, Union
+from collections.abc import Mapping
+
 
 from ..errors import AbicacheError
 from ..values.records import named_tuple
 from ..store.manifest import Dependency
 from . import roots
 
-Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable, Sequence, Union
+
+if TYPE_CHECKING:
+    Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu")
 _INCLUDE_FLAGS = ("--include-path=", "-I", "-isystem", "-iquote", "-idirafter")
 

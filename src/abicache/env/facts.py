@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 from . import probes
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Mapping
 
 #: fact name -> the probe group that produces it (one probe call fills a group).
 _GROUPS: dict[str, Callable[[Facts], Mapping[str, str | None]]] = {}

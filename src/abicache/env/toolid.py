@@ -6,12 +6,16 @@ compiler changes at least one of them, so its identity is re-read once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Callable, Sequence
+
+from ..values.digest import sha256_hex
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Sequence
 
 _memo: dict[tuple[str, str], tuple[tuple[Any, ...], str]] = {}
 
@@ -144,7 +148,7 @@ def remember_by(stamp: tuple[Any, ...], what: str, value: str, memo_dir: Path | 
 def _memo_file(memo_dir: Path | None, what: str) -> Path | None:
     if memo_dir is None:
         return None
-    digest = hashlib.sha256(what.encode()).hexdigest()[:32]
+    digest = sha256_hex(what.encode())[:32]
     return memo_dir / f"{digest}.json"
 
 

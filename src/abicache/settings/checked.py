@@ -13,10 +13,13 @@ checked where they are parsed, when the Cache makes its remote tier.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
 
 from . import config, settings_file
 from ..errors import ConfigError, warn_once
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable, Iterable
 
 #: setting -> its parse (a ConfigError names what is accepted)
 PARSERS: dict[str, Callable[[], object]] = {

@@ -21,7 +21,10 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable
 
 PREFIX = "ABICACHE_"
 STORE_FILE = "abicache.toml"

@@ -12,13 +12,15 @@ renames the whole entry folder), only the sharing of identical files is lost.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Callable
 
 from .manifest import FileRecord
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable
 
 _CHUNK = 1 << 20
 #: what link() says where a filesystem has no hard links (vfat: EPERM)
@@ -26,6 +28,7 @@ NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS
 
 
 def hash_file(path: Path) -> tuple[str, int]:
+    import hashlib  # OpenSSL's: a file may be megabytes; a hit hashes none
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as fh:

@@ -14,13 +14,16 @@ their seconds, builds that could not be cached (by reason), the seconds hits sav
 
 from __future__ import annotations
 
+from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
 import atexit
 import json
 import os
-import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Sequence
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Sequence
 
 if TYPE_CHECKING:
     from .local import Store
@@ -32,7 +35,7 @@ FIELDS = ("hits_local", "hits_read_only", "hits_remote", "misses", "builds", "bu
 BREAKDOWNS = ("uncacheable:", "errors:")
 
 _pending: dict[str, tuple[Store, Counter[str]]] = {}
-_lock = threading.Lock()
+_lock = allocate_lock()
 _registered = False
 
 

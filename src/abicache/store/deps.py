@@ -21,16 +21,19 @@ matches again once a file was touched in any way.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
 from array import array
-from typing import Callable, Mapping, Sequence
 
 from . import blobs, stamps
+from ..values.digest import blake2b, sha256_hex
 from .manifest import LISTING, UNSET, Absent, Dependency, System, system_digest
 from .watch import Watch
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable, Mapping, Sequence
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -73,12 +76,12 @@ def listing_digest(folder: str) -> str:
     """What a tool that lists the folder sees: its names (as bytes), sorted. Any name created,
     removed or renamed there moves the folder's witness too, so a lookup lists it only then."""
     names = sorted(os.listdir(os.fsencode(folder)))
-    return LISTING + hashlib.sha256(b"\0".join(names)).hexdigest()
+    return LISTING + sha256_hex(b"\0".join(names))
 
 
 def env_digest(name: str) -> str:
     value = os.environ.get(name)
-    return UNSET if value is None else hashlib.sha256(os.fsencode(value)).hexdigest()
+    return UNSET if value is None else sha256_hex(os.fsencode(value))
 
 
 def env_changed(env: Sequence[tuple[str, str]]) -> Dependency | None:
@@ -259,7 +262,7 @@ def summary(deps: Sequence[Dependency], bases: Mapping[str, str],
         more = _system_from_current(files, current) if flat is not None else None
     if flat is None or more is None:
         return None
-    digest = hashlib.blake2b(repr(sorted(bases.items())).encode(), digest_size=16)
+    digest = blake2b(repr(sorted(bases.items())).encode(), digest_size=16)
     if env:
         digest.update("\0".join(env_digest(name) for name, _ in env).encode())
     try:

@@ -12,10 +12,10 @@ entries apart instead, as uv's cache does.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from ..values.digest import sha256_hex
 from ..values.records import named_tuple
 
 
@@ -140,4 +140,4 @@ def entry_name(name: str) -> tuple[str, str] | None:
 
 
 def name_digest(name: str) -> str:
-    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+    return sha256_hex(name.encode("utf-8"))[:32]

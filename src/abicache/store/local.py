@@ -12,7 +12,6 @@ import time
 import warnings
 from pathlib import Path
 from stat import S_ISREG
-from typing import Iterator, Mapping, Sequence
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
 from . import blobs, deps, logs, manifest as mf, manifest_names, stamps
@@ -20,6 +19,10 @@ from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name, is_h
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
 from .trust import Trust, ensure_root
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Iterator, Mapping, Sequence
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -21,14 +21,18 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Callable, Sequence
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Callable, Sequence
 
 #: a log's size before it is moved aside
 MAX_BYTES = 1 << 20
 _FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 #: lines -> the lines to keep for them (stats: their sums in one line)
-Compact = Callable[[Sequence[str]], Sequence[str]]
+if TYPE_CHECKING:
+    Compact = Callable[[Sequence[str]], Sequence[str]]
 
 
 def path(folder: Path, name: str) -> Path:

@@ -8,17 +8,20 @@ that could escape the entry directory.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import operator
 import re
-from typing import Any, Mapping, Sequence
 
 from ..errors import ManifestError, RequirementSyntaxError
+from ..values.digest import sha256_hex
 from ..values.records import named_tuple
 from ..values.requirements import Requirements
 from .layout import is_hex
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence
 
 SCHEMA = 1
 FILENAME = "manifest.json"
@@ -133,8 +136,7 @@ class System:
 
 
 def system_digest(names: list[str], shas: list[str]) -> str:
-    return hashlib.sha256("".join(f"{n}\0{sha}\n" for n, sha in zip(names, shas)).encode(
-        "utf-8", "surrogateescape")).hexdigest()
+    return sha256_hex("".join(f"{n}\0{sha}\n" for n, sha in zip(names, shas)).encode("utf-8", "surrogateescape"))
 
 
 #: an environment variable that was not set
@@ -222,7 +224,7 @@ def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), ab
     files the key does not cover, per distinct set of their contents (and of
     the paths it found missing, and the variables it read)."""
     if not deps and not absent and not env and not system:
-        return hashlib.sha256(f"variant-v1\0{requirements}".encode()).hexdigest()[:16]
+        return sha256_hex(f"variant-v1\0{requirements}".encode())[:16]
     listed = "\n".join(f"{d.base}\0{d.path}\0{d.sha256}" for d in sorted(deps))
     if absent or env or system:
         listed += "\0absent\0" + "\n".join("\0".join(a) for a in sorted(absent))
@@ -230,7 +232,7 @@ def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), ab
     if system:
         listed += "\0system\0" + "\n".join("\0".join(g) for g in sorted(system))
     text = f"variant-v2\0{requirements}\0{listed}"  # a name of bytes that are not UTF-8 counts by its bytes
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return sha256_hex(text.encode("utf-8", "surrogateescape"))[:16]
 
 
 def variant_of(manifest: Manifest) -> str:

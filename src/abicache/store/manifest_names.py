@@ -21,10 +21,13 @@ import binascii
 import errno
 import os
 import zlib
-from typing import Iterable
 
 from ..errors import ManifestError
 from .manifest import FILENAME
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Iterable
 
 PREFIX = ".abicache-m."
 _CHUNK = 236  # PREFIX + "<i>.<n>." + 236 characters = 252: a name is at most 255 bytes

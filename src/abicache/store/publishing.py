@@ -8,18 +8,21 @@ finds the variant there, another process won and its entry is used.
 
 from __future__ import annotations
 
+from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
 import errno
 import os
 import stat
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import BuildError, ManifestError
 from . import blobs, manifest as mf, manifest_names, stamps
 from .manifest import FileRecord, Manifest
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Iterator, Mapping, Sequence
 
 #: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
 BROKEN_PUBLISH = "ABICACHE_TEST_BROKEN_PUBLISH"
@@ -188,6 +191,7 @@ class Publishing:
             return final, False
         # What was fsynced above makes the entry whole whenever the rename survives a crash;
         # this only hastens the rename itself to disk, so it is not waited for (1.7 ms a publish)
+        import threading  # a publish, not a hit
         threading.Thread(target=blobs.fsync_dir, args=(final.parent,), name="abicache-fsync", daemon=True).start()
         self._index(manifest)
         self.link_variants(manifest.kind, manifest.key)
@@ -325,13 +329,13 @@ class _Deferred:
 
     def __init__(self) -> None:
         self._entries: list[tuple[Any, Path, Manifest, int]] = []  # (store, entry, manifest, due ns)
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self._hooked = False
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
-        self._entries, self._lock = [], threading.Lock()
+        self._entries, self._lock = [], allocate_lock()
 
     def add(self, store: Any, vdir: Path, manifest: Manifest, due_ns: int) -> None:
         with self._lock:

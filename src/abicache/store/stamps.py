@@ -43,10 +43,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ManifestError
 from .manifest_names import read_any as _read_manifest
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping, Sequence
 
 FILENAME = ".abicache-stamp"
 NAME_PREFIX = ".abicache-s."

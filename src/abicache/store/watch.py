@@ -17,9 +17,12 @@ witness younger than a clock tick can tell apart.
 
 from __future__ import annotations
 
+from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
 import os
-import threading
-from typing import Sequence
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Sequence
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -40,7 +43,7 @@ class _Events:
         self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
         self.folders: dict[tuple[str, int, int], int] = {}  # (folder, device, inode) -> watch descriptor
         self.generation: dict[int, int] = {}  # watch descriptor -> events seen
-        self.lock = threading.Lock()
+        self.lock = allocate_lock()
 
     def arm(self, folder: str) -> int | None:
         try:  # by what the name reaches now: a link retargeted since names another folder

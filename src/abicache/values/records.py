@@ -19,9 +19,13 @@ from __future__ import annotations
 import collections
 import operator
 import types
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+if TYPE_CHECKING:
+    T = TypeVar("T")
 _NOT_COPIED = ("__dict__", "__weakref__")
 _GETTER: Any = getattr(collections, "_tuplegetter", None)  # namedtuple's own field descriptor (C)
 _NEW_CODE: dict[int, types.CodeType] = {}  # number of fields -> __new__'s code, args _0.._n-1

@@ -20,11 +20,14 @@ returns, for every unmet requirement, a sentence saying why.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, Protocol
 
 from . import versions
 from ..errors import RequirementSyntaxError
 from .records import named_tuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator, Protocol
 
 OPERATORS = ("==", ">=", "in", "~=")
 _NAME = r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*"
@@ -61,8 +64,9 @@ def _split_line(text: str) -> tuple[str, str, str] | None:
     return None if match is None else (match[1], match[2].strip(), match[3])
 
 
-class FactSource(Protocol):
-    def get(self, name: str) -> str | None: ...
+if TYPE_CHECKING:
+    class FactSource(Protocol):
+        def get(self, name: str) -> str | None: ...
 
 
 def _canonical_value(op: str, value: str) -> str:

@@ -9,7 +9,10 @@ nearly always plain releases with an optional local tag (`2.36`, `3.4.30`,
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any
+
 
 _ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
 
