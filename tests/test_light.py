@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -110,9 +111,8 @@ def test_a_fresh_process_hit_imports_no_typing_hashlib_or_threading(tmp_path: Pa
     assert out.stdout.split() == ["none"]
 
 
-def run_without_site(code: str) -> "subprocess.CompletedProcess[str]":
+def run_without_site(code: str) -> subprocess.CompletedProcess[str]:
     import os
-    import subprocess
     import sys
 
     from conftest import SRC

@@ -42,18 +42,80 @@ def manifest_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return opened
 
 
+def _drop_logs(cache: Cache) -> None:
+    """As a store filled before publishing logged rows (or by another user) is."""
+    for log in cache.store.layout.listing.glob("*.log"):
+        log.unlink()
+
+
 def test_a_second_ls_reads_no_manifest_and_a_new_entry_is_read_alone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str]) -> None:
     cache = _store(tmp_path / "s", 5)
+    _drop_logs(cache)
     first = _ls(capsys, tmp_path / "s")
     assert len(first) == 5 and len(manifest_reads) == 5
     assert (cache.store.layout.listing / "t.json").is_file()
     manifest_reads.clear()
     assert _ls(capsys, tmp_path / "s") == first and manifest_reads == []
     cache.get_or_build("t", "new", {"extra": {"n": "new"}}, writer({"lib.so": "new"}))
+    _drop_logs(cache)
     manifest_reads.clear()
     third = _ls(capsys, tmp_path / "s")
     assert [r["name"] for r in third] == ["e0", "e1", "e2", "e3", "e4", "new"] and len(manifest_reads) == 1
+
+
+def test_the_first_ls_of_a_store_just_filled_reads_no_manifest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str]) -> None:
+    """Publishing logs each entry's row (store/listing_log): the first `ls` takes the log into
+    its memo and shows what reading every manifest shows (issue 49: 10^4 entries in 0.4 s)."""
+    cache = _store(tmp_path / "s", 5)
+    cache.get_or_build("t", "gpu", {"extra": {"n": "gpu"}}, writer({"a.so": "a", "sub/b.so": "bb"}),
+                       ["gpu.arch ~= sm_90"])
+    log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
+    assert len(log.read_bytes().splitlines()) == 6
+    first = _ls(capsys, tmp_path / "s")
+    assert manifest_reads == [] and not log.exists() and (cache.store.layout.listing / "t.json").is_file()
+    (cache.store.layout.listing / "t.json").unlink()
+    assert _ls(capsys, tmp_path / "s") == first and len(manifest_reads) == 6  # read from the manifests
+    assert [r["name"] for r in first] == ["e0", "e1", "e2", "e3", "e4", "gpu"]
+    assert first[-1]["files"] == ["a.so", "sub/b.so"] and first[-1]["size"] == 3
+    assert first[-1]["requirements"] == ["gpu.arch ~= sm_90"]
+
+
+@pytest.mark.parametrize("damage", ["a cut line", "a line break in a name", "another inode"])
+def test_a_logged_row_that_is_not_whole_is_read_from_its_manifest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str], damage: str) -> None:
+    cache = _store(tmp_path / "s", 3)
+    log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
+    lines = log.read_bytes().splitlines()
+    row = json.loads(lines[1])
+    if damage == "a cut line":  # a crash in the middle of a write
+        lines[1] = lines[1][:len(lines[1]) // 2]
+    elif damage == "a line break in a name":
+        lines[1] = json.dumps([*row[:3], "e1\nfake", *row[4:]]).encode()
+    else:  # the folder was replaced since (its row says another inode)
+        lines[1] = json.dumps([row[0], row[1] + 1, *row[2:]]).encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    shown = _ls(capsys, tmp_path / "s")
+    assert [r["name"] for r in shown] == ["e0", "e1", "e2"] and len(manifest_reads) == 1
+
+
+def test_the_log_stops_growing_at_its_limit_and_gc_removes_it_with_its_kind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from abicache.store import gc, listing_log
+
+    monkeypatch.setattr(listing_log, "LIMIT", 300)  # room for two rows of these (140 bytes each)
+    cache = _store(tmp_path / "s", 5)
+    log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
+    assert len(log.read_bytes().splitlines()) == 2 and log.stat().st_size <= 300
+    cache.get_or_build("u", "other", {}, writer({"lib.so": "u"}))
+    assert len(_ls(capsys, tmp_path / "s")) == 6 and len(manifest_reads) == 3  # the 3 t's log had no room for
+    cache.get_or_build("u", "again", {}, writer({"lib.so": "again"}))
+    for entry in (cache.store.layout.entries / "u").glob("*/*.*"):
+        shutil.rmtree(entry)
+    gc.collect_garbage(cache.store, max_size=None)
+    assert not (cache.store.layout.listing / f"u.{os.geteuid()}.log").exists()
 
 
 def test_an_entry_gone_or_replaced_shows_as_it_is_now(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 from ..errors import ManifestError
+from ..store import listing_log
 from ..store.manifest_names import read_any
 from . import listing_memo
 
@@ -95,19 +96,31 @@ def rows(entries: str, kinds: list[str] | None = None, memo_folder: str | None =
          make_dir: Callable[[Path], None] | None = None) -> list[Row]:
     """A row per readable entry. Each prefix folder is opened once and its entries read
     relative to it (no path walked twice). With memo_folder (the store's listing folder), rows
-    read before come from listing_memo, and the memo is written again where it changed."""
+    read before come from listing_memo, and the memo is written again where it changed;
+    rows logged as entries were published (store/listing_log) are taken into it."""
     out: list[Row] = []
     for kind in sorted(kinds if kinds is not None else _folders(entries)):
         kind_dir = f"{entries}/{kind}"
         path = listing_memo.path_of(memo_folder, kind) if memo_folder else None
         old, plain = listing_memo.load(path) if path else ({}, True)
+        taken = _take_log(memo_folder, kind, old) if memo_folder and make_dir else None
         new: dict[str, listing_memo.MemoRow] = {}
         read_again = 0
         for prefix in _folders(kind_dir):
             read_again += _prefix_rows(f"{kind_dir}/{prefix}", old, plain, new, out)
-        if path and make_dir and (read_again or len(new) != len(old)):
+        if path and make_dir and (read_again or len(new) != len(old) or taken):
             listing_memo.save(path, new, make_dir)
+        listing_log.done(taken)
     return out
+
+
+def _take_log(memo_folder: str, kind: str, old: dict[str, listing_memo.MemoRow]) -> str | None:
+    """Add the logged rows to the memo's: the file taken aside, or None."""
+    logged, log_plain, taken = listing_log.take(memo_folder, kind)
+    for name, row in logged.items():
+        if listing_memo.good(row, log_plain):  # its texts too: where the memo is plain, the walk checks the shape
+            old[name] = row
+    return taken
 
 
 def _prefix_rows(folder: str, old: dict[str, listing_memo.MemoRow], plain: bool,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import LockTimeout, ManifestError
+from . import listing_log
 from .layout import OLD_VERSIONS, entry_name
 from .local import Store, children, stage_in_use
 from .lock import key_lock, unless_in_use
@@ -297,14 +298,15 @@ def _drop_stray_locks(store: Store, by_kind: dict[str, set[str]]) -> int:
 
 
 def _drop_stale_listings(store: Store, keys: dict[str, set[str]]) -> int:
-    """`abicache ls`'s memos (cli/listing_memo) of kinds with no entry left, and the
-    temporary files a killed `ls` left, untouched for SETTLED seconds."""
+    """`abicache ls`'s memos (cli/listing_memo) and publishers' logs (store/listing_log) of
+    kinds with no entry left, and the temporary files a killed `ls` left, untouched for
+    SETTLED seconds."""
     removed = 0
     now = time.time()
     for path in children(store.layout.listing):
-        memo = path.name.endswith(".json")
+        kind = path.name[:-5] if path.name.endswith(".json") else listing_log.kind_of(path.name)
         try:
-            stray = not keys.get(path.name[:-5]) if memo else now - path.lstat().st_mtime >= SETTLED
+            stray = not keys.get(kind) if kind is not None else now - path.lstat().st_mtime >= SETTLED
             if stray:
                 path.unlink()
                 removed += 1

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import BuildError, ManifestError
-from . import blobs, manifest as mf, manifest_names, stamps
+from . import blobs, listing_log, manifest as mf, manifest_names, stamps
 from .manifest import FileRecord, Manifest
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
@@ -195,8 +195,17 @@ class Publishing:
         threading.Thread(target=blobs.fsync_dir, args=(final.parent,), name="abicache-fsync", daemon=True).start()
         self._index(manifest)
         self.link_variants(manifest.kind, manifest.key)
+        self._log_listing(final, manifest)
         self._stamp_published(final, manifest, self._marks.pop(os.fspath(stage), {}))
         return final, True
+
+    def _log_listing(self, final: Path, manifest: Manifest) -> None:
+        """`ls`'s row of the new entry (store/listing_log): its first `ls` reads no manifest."""
+        try:
+            inode = os.lstat(final).st_ino
+        except OSError:
+            return
+        listing_log.append(self.layout.listing, manifest, inode, self.make_dir)
 
     def _stamp_published(self, vdir: Path, manifest: Manifest, marks: Mapping[str, tuple[int, int]]) -> None:
         """Stamp the files of a new entry so that its first hit need not hash them. A large
