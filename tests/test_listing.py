@@ -180,3 +180,17 @@ def test_json_lines_are_what_json_writes(tmp_path: Path) -> None:
     plain = odd._replace(files=(), requirements=(), created=0.0, last_used=1.5)
     for row in (odd, plain):
         assert row.json_line() == json.dumps(row.summary(), sort_keys=True, default=str)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_log_another_user_owns_is_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             manifest_reads: list[str]) -> None:
+    """In a group's store another member could put a log under this user's name: its rows
+    (here each renamed) are not shown, the manifests are read instead."""
+    cache = _store(tmp_path / "s", 2)
+    log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
+    rows = [json.loads(line) for line in log.read_bytes().splitlines()]
+    log.write_text("".join(json.dumps([*r[:3], "theirs", *r[4:]]) + "\n" for r in rows))
+    os.chown(log, 12345, 12345)
+    shown = _ls(capsys, tmp_path / "s")
+    assert [r["name"] for r in shown] == ["e0", "e1"] and len(manifest_reads) == 2
