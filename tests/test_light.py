@@ -80,8 +80,10 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
 
 
 #: what a fresh process's hit must not import at all: typing (2-3 ms), OpenSSL's hashlib (2-3 ms:
-#: a hit hashes short texts, values/digest.py), threading (its Lock is _thread's), dataclasses
-NEVER_ON_A_HIT = ("typing", "hashlib", "_hashlib", "threading", "dataclasses", "inspect", "tempfile")
+#: a hit hashes short texts, values/digest.py), threading (its Lock is _thread's), dataclasses,
+#: importlib (abicache's lazy names use __import__), contextlib and math (the miss's, or unneeded)
+NEVER_ON_A_HIT = ("typing", "hashlib", "_hashlib", "threading", "dataclasses", "inspect", "tempfile", "importlib",
+                  "contextlib", "math")
 HIT_ADDS = textwrap.dedent("""
     import sys
     before = set(sys.modules)

@@ -45,14 +45,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    import importlib
+    # __import__, not importlib.import_module: importing importlib (and warnings) costs a
+    # fresh process about 1 ms
+    import sys as _sys
 
     if name == "cc":
-        return importlib.import_module("abicache.cc")
+        __import__("abicache.cc")
+        return _sys.modules["abicache.cc"]
     where = _LAZY.get(name)
     if where is None:
         raise AttributeError(f"module 'abicache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
+    __import__(where)
+    value = getattr(_sys.modules[where], name)
     globals()[name] = value  # once: later uses are plain lookups
     return value
 

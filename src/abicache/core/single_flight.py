@@ -5,7 +5,6 @@ A mixin of cache.Cache."""
 from __future__ import annotations
 
 import itertools
-from contextlib import suppress
 
 from .artifact import Artifact
 from ..errors import ManifestError
@@ -77,6 +76,8 @@ class SingleFlight:
         a machine waits for another's build of it (remote/lease.py)."""
         seconds = 0.0
         for vdir in itertools.islice(self.store.iter_name_variants(kind, name), 8):
-            with suppress(OSError, ManifestError):
+            try:
                 seconds = max(seconds, self.store.read_manifest(vdir).build_seconds or 0.0)
+            except (OSError, ManifestError):
+                continue
         return seconds

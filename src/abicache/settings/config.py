@@ -6,7 +6,6 @@ can list them from one place.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -168,7 +167,7 @@ def seconds(name: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = math.nan
+        value = float("nan")
     if not 0 <= value <= MAX_SECONDS:  # also refuses nan and inf
         raise ConfigError(
             f"{name}={raw!r} is not a number of seconds from 0 to {MAX_SECONDS:.0f}; "

@@ -13,7 +13,6 @@ import errno
 import os
 import stat
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import BuildError, ManifestError
@@ -22,7 +21,7 @@ from .manifest import FileRecord, Manifest
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Any, Iterator, Mapping, Sequence
+    from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 #: test-only switch: "1" replaces the atomic rename by a copy (see _copy_publish)
 BROKEN_PUBLISH = "ABICACHE_TEST_BROKEN_PUBLISH"
@@ -45,10 +44,14 @@ class Publishing:
             self._names_fit = manifest_names.name_max(os.fspath(stage))
         return self._names_fit
 
-    @contextmanager
-    def stage(self) -> Iterator[Path]:
+    def stage(self) -> ContextManager[Path]:
         """A fresh private directory under tmp/; removed if the block fails."""
-        import tempfile  # the write side is only reached on a miss
+        from contextlib import contextmanager  # the write side is only reached on a miss
+
+        return contextmanager(self._stage)()
+
+    def _stage(self) -> Iterator[Path]:
+        import tempfile
 
         self.ensure(writing=True)
         try:
