@@ -398,6 +398,7 @@ def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
     paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
     folders = [p for p in (resolve(Dependency(a.base, a.folder, ""), bases) for a in absent) if p is not None]
     folders += [g.folder for g in system]  # a package upgrade renames files into it
+    paths += [os.path.join(folder, name) for folder, names in _system_files(system).items() for name in names]
     folders += [p for d in deps if d.sha256.startswith(LISTING) and (p := resolve(d, bases)) is not None]
     watch = Watch(paths, folders)
     changed, current = first_changed(deps, bases, remembered, absent, env, system)

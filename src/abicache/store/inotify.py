@@ -26,6 +26,7 @@ IN_DELETE_SELF = 0x00000400
 IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
+IN_MASK_ADD = 0x20000000
 
 #: struct inotify_event: wd, mask, cookie, len, then len bytes of name
 _EVENT = struct.Struct("iIII")
