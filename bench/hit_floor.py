@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -33,6 +34,25 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from abicache import Cache, cc
 assert cc.load_library("floorlib", [{source!r}], cache=Cache({store!r})).answer() == 7
+"""
+# Calls after the first in one process (issue 49: each <= 50 us, the second included); the
+# second arms the in-process watch. Then with the source a file in a folder of 2,000 names
+# where 100,000 more were looked for and not found (a /tmp after a day of builds and test runs:
+# the kernel caches both): watching that folder for its files' writes once cost a second call
+# 10 to 35 ms.
+REPEATED = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from abicache import Cache, cc
+cache = Cache({store!r})
+source = Path({source_file!r}) if {source_file!r} else {source!r}
+times = []
+for _ in range(20):
+    start = time.perf_counter()
+    cc.load_library({name!r}, [source], cache=cache)
+    times.append((time.perf_counter() - start) * 1e6)
+print(json.dumps(times))
 """
 MODULES = """
 import json, sys
@@ -92,9 +112,35 @@ def main() -> None:
                                  capture_output=True, text=True, env=base_env()).stdout
             ours, stdlib = json.loads(out)
             print(f"  {name}: the hit imports {ours} abicache modules and {len(stdlib)} others: {' '.join(stdlib)}")
+        crowded = work / "crowded"
+        crowded.mkdir()
+        for n in range(2000):
+            (crowded / f"f{n}").touch()
+        for n in range(100_000):  # names looked for and not found: the kernel caches those too
+            try:
+                os.stat(crowded / f"missing{n}")
+            except FileNotFoundError:
+                pass
+        (crowded / "floor.cpp").write_text(SOURCE.replace("7", "8"))
+        cases = {"inline source": ("floorlib", ""), "source in a crowded folder": ("crowdedlib",
+                                                                                           str(crowded / "floor.cpp"))}
+        repeated: dict[str, dict[str, list[float]]] = {}
+        for label, (name, source_file) in cases.items():
+            code = REPEATED.format(store=store, source=SOURCE, source_file=source_file, name=name)
+            subprocess.run([python, "-c", code, trees["abicache"]], check=True, capture_output=True, env=base_env())
+            for tree_name, tree in trees.items():  # the store now holds it: every call is a hit
+                runs = [json.loads(subprocess.run([python, "-c", code, tree], check=True, capture_output=True,
+                                                  text=True, env=base_env()).stdout) for _ in range(5)]
+                repeated.setdefault(label, {})[tree_name] = [statistics.median(r[i] for r in runs) for i in range(20)]
+        print("calls in one process (medians of 5 processes): the first, the second, the third, the median of the rest")
+        for label, by_tree in repeated.items():
+            for tree_name, t in by_tree.items():
+                print(f"  {label}, {tree_name}: {t[0]:.0f} us, {t[1]:.0f} us, {t[2]:.1f} us, "
+                      f"{statistics.median(t[3:]):.1f} us   (target after the first <= 50 us)")
         out_dir = ROOT / "bench" / "results"
         out_dir.mkdir(exist_ok=True)
-        (out_dir / "hit_floor.json").write_text(json.dumps({"runs": args.runs, "medians_ms": medians}, indent=1))
+        (out_dir / "hit_floor.json").write_text(json.dumps({"runs": args.runs, "medians_ms": medians,
+                                                             "repeated_us": repeated}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

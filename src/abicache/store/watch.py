@@ -52,6 +52,7 @@ class _Events:
         self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
         self.folders: dict[tuple[str, int, int], tuple[int, int]] = {}  # (path, device, inode) -> (wd, mask)
         self.generation: dict[int, int] = {}  # watch descriptor -> events seen
+        self.seen = 0  # events of every watch: a Watch made since then compares none of its marks
         self.lock = allocate_lock()
 
     def arm(self, path: str, mask: int) -> int | None:
@@ -73,6 +74,7 @@ class _Events:
 
     def drain(self) -> None:
         for event_wd, mask in self._inotify.read():
+            self.seen += 1
             if mask & self._overflow:  # events were lost: everything may have changed
                 for wd in self.generation:
                     self.generation[wd] += 1
@@ -187,7 +189,7 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dic
 class Watch:
     """Whether a set of files is unchanged since the Watch was made (see module)."""
 
-    __slots__ = ("marks", "files")
+    __slots__ = ("marks", "files", "seen")
 
     def __init__(self, paths: Sequence[str], folders: Sequence[str] = ()) -> None:
         """Watch the folders that hold paths, and folders themselves (for
@@ -196,6 +198,7 @@ class Watch:
         retargeted to another folder is an event there, not in the old one)."""
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
         self.marks: list[tuple[int, int]] | None = None
+        self.seen = -1
         events = _shared()
         if events is None:
             return
@@ -208,7 +211,7 @@ class Watch:
                 if wd is None:
                     return
                 marks.append((wd, events.generation[wd]))
-            self.marks = marks
+            self.marks, self.seen = marks, events.seen
 
     def settle(self, witnesses: Sequence[tuple[str, Witness]]) -> Watch:
         """The witnesses the check found (the fallback's baseline)."""
@@ -220,7 +223,7 @@ class Watch:
         if self.marks is not None and events is not None:
             with events.lock:
                 events.drain()
-                return all(events.generation.get(wd) == g for wd, g in self.marks)
+                return events.seen == self.seen or all(events.generation.get(wd) == g for wd, g in self.marks)
         if self.files is None:
             return False
         for path, w in self.files:
