@@ -29,11 +29,12 @@ from array import array
 from . import blobs, stamps
 from ..values.digest import blake2b, sha256_hex
 from .manifest import LISTING, UNSET, Absent, Dependency, System, system_digest
-from .watch import Watch
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence
+
+    from .watch import Watch
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -400,6 +401,8 @@ def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
     folders += [g.folder for g in system]  # a package upgrade renames files into it
     paths += [os.path.join(folder, name) for folder, names in _system_files(system).items() for name in names]
     folders += [p for d in deps if d.sha256.startswith(LISTING) and (p := resolve(d, bases)) is not None]
+    from .watch import Watch  # a process's second call: its first hit has no use for it
+
     watch = Watch(paths, folders)
     changed, current = first_changed(deps, bases, remembered, absent, env, system)
     if changed is not None:

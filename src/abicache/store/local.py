@@ -14,7 +14,7 @@ from pathlib import Path
 from stat import S_ISREG
 
 from ..errors import AbicacheWarning, ManifestError, UntrustedRootError
-from . import blobs, deps, logs, manifest as mf, manifest_names, stamps
+from . import blobs, deps, manifest as mf, manifest_names, stamps
 from .layout import FOLDERS, LAYOUT_VERSION, Layout, check_hex, entry_name, is_hex
 from .manifest import Dependency, FileRecord, Manifest
 from .publishing import BROKEN_PUBLISH, Publishing, stage_in_use, walk_dirs  # noqa: F401  (re-exported)
@@ -23,6 +23,8 @@ from .trust import Trust, ensure_root
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
     from typing import Iterator, Mapping, Sequence
+
+    from . import logs
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -358,6 +360,8 @@ class Store(Publishing):
         self.log_events(name, [line], compact)
 
     def log_events(self, name: str, lines: Sequence[str], compact: logs.Compact | None = None) -> None:
+        from . import logs  # a hit logs nothing
+
         try:
             self.make_dir(self.layout.log)
         except OSError:
@@ -366,6 +370,8 @@ class Store(Publishing):
 
     def read_events(self, name: str) -> list[str]:
         """The log's lines, the older generation's first."""
+        from . import logs
+
         return logs.read(self.layout.log, name)
 
     def keys_named(self, kind: str, name: str) -> list[str]:

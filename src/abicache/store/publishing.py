@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import BuildError, ManifestError
-from . import blobs, listing_log, manifest as mf, manifest_names, stamps
+from . import blobs, manifest as mf, manifest_names, stamps
 from .manifest import FileRecord, Manifest
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
@@ -208,6 +208,8 @@ class Publishing:
             inode = os.lstat(final).st_ino
         except OSError:
             return
+        from . import listing_log  # a publish's, not a hit's
+
         listing_log.append(self.layout.listing, manifest, inode, self.make_dir)
 
     def _stamp_published(self, vdir: Path, manifest: Manifest, marks: Mapping[str, tuple[int, int]]) -> None:
