@@ -102,6 +102,8 @@ def _shared() -> _Events | None:
 
 #: folder -> the folders holding the symbolic links met on the way to it
 _holders: dict[str, tuple[str, ...]] = {}
+#: path -> whether it is a symbolic link: the folders of one entry share most of their parts
+_links: dict[str, bool] = {}
 
 
 def _link_holders(folder: str) -> tuple[str, ...]:
@@ -112,11 +114,11 @@ def _link_holders(folder: str) -> tuple[str, ...]:
         found, prefix = [], ""
         for part in folder.strip("/").split("/"):
             parent, prefix = prefix or "/", f"{prefix}/{part}"
-            try:
-                if os.path.islink(prefix):
-                    found.append(parent)
-            except OSError:
-                break
+            link = _links.get(prefix)
+            if link is None:
+                link = _links[prefix] = os.path.islink(prefix)
+            if link:
+                found.append(parent)
         known = _holders[folder] = tuple(found)
     return known
 
