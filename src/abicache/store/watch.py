@@ -10,9 +10,10 @@ itself moved), and the folder a linked file leads to; any event bumps that watch
 generation. A folder is watched for its names only because watching it for its files'
 writes costs the kernel a pass over every name it has cached there: 0.03 to 0.1 ms for
 /usr/include or /usr/lib, 32 ms for a /tmp after a day of test runs, against 3 us a
-file. Where a folder holds many checked files (MANY), it is watched for all of them. A Watch records the generations of its folders *before* its
-files are verified, so an edit during the check is never missed; asking it
-drains pending events (one non-blocking read) and compares generations.
+file. Where a folder holds many checked files (MANY), it is watched for all of them.
+A Watch records the generations of its watches *before* its files are verified,
+so an edit during the check is never missed; asking it drains pending events
+(one non-blocking read) and compares generations, none where no event came since.
 Elsewhere, when watches run out, or after the event queue overflowed: stat
 every file and compare its witness (inode, size, mtime, ctime), trusting no
 witness younger than a clock tick can tell apart.
@@ -194,10 +195,10 @@ class Watch:
     __slots__ = ("marks", "files", "seen")
 
     def __init__(self, paths: Sequence[str], folders: Sequence[str] = ()) -> None:
-        """Watch the folders that hold paths, and folders themselves (for
-        entries created or removed in them); and, where a folder is reached
-        through a symbolic link, the folder that holds the link (a link
-        retargeted to another folder is an event there, not in the old one)."""
+        """Watch paths (files) and the folders that hold them, and folders themselves (for
+        entries created or removed in them); and, where a folder is reached through a
+        symbolic link, the folder that holds the link (a link retargeted to another
+        folder is an event there, not in the old one). See _masks for what for."""
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
         self.marks: list[tuple[int, int]] | None = None
         self.seen = -1
