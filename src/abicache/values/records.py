@@ -57,12 +57,17 @@ def _new(names: tuple[str, ...], defaults: tuple[Any, ...], qualname: str) -> An
     """`def __new__(_cls, <names>): return tuple.__new__(_cls, (<names>,))`, from the code
     compiled for this many fields with its arguments renamed (locals are found by index)."""
     code = _NEW_CODE.get(len(names))
+    if code is None and not _NEW_CODE:
+        from .record_new import BY_FIELDS
+
+        _NEW_CODE.update(BY_FIELDS)
+        code = _NEW_CODE.get(len(names))
     if code is None:
         args = "".join(f"_{i}, " for i in range(len(names)))
         scope: dict[str, Any] = {}
         exec(f"def __new__(_cls, {args}):\n    return _tuple_new(_cls, ({args}))\n", {}, scope)
         code = _NEW_CODE[len(names)] = scope["__new__"].__code__
-    renamed = code.replace(co_varnames=("_cls", *names))
+    renamed = code.replace(co_varnames=("_cls", *names), co_name="__new__")
     function = types.FunctionType(renamed, {"_tuple_new": tuple.__new__}, "__new__", defaults or None)
     function.__qualname__ = f"{qualname}.__new__"
     return function
