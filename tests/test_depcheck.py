@@ -237,3 +237,41 @@ def test_the_watch_sees_each_kind_of_edit_with_few_or_many_files_in_a_folder(tmp
         (folder / "new.h").write_text("2")
         os.rename(folder / "new.h", target)
     assert not w.unchanged()
+
+
+FORKED = """
+import os, sys
+from abicache.store import watch
+f = os.path.join(sys.argv[1], "h.h")
+open(f, "w").write("1")
+w = watch.Watch([f])
+assert w.unchanged()
+r, wr = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(wr)
+    os.read(r, 1)  # the parent has edited the file
+    child = watch.Watch([f])  # the child watches too (its own instance), and asks the inherited one
+    print("child:", "seen" if not w.unchanged() else "missed", flush=True)
+    os._exit(0)
+os.close(r)
+with open(f, "a") as fh:
+    fh.write("2")
+os.write(wr, b"x")
+os.waitpid(pid, 0)
+print("parent:", "seen" if not w.unchanged() else "missed", flush=True)
+"""
+
+
+def test_a_forked_child_takes_none_of_its_parents_events(tmp_path: Path) -> None:
+    """A child forked after the parent armed its watch (a DataLoader's workers) shared the
+    parent's inotify instance: its reads took the event of an edit, and the parent's memo
+    then served the old build. The trial runs in a process of its own (a pytest worker
+    has threads: it does not fork)."""
+    if sys.platform != "linux":
+        pytest.skip("inotify is Linux's")
+    from conftest import run_py
+
+    out = run_py(FORKED.replace("sys.argv[1]", repr(str(tmp_path))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["child: seen", "parent: seen"]

@@ -40,7 +40,7 @@ class _Events:
         self._inotify = inotify.Inotify()
         import atexit
 
-        atexit.register(self._inotify.close)
+        atexit.register(self.close)
         #: a file's own events; a folder's names; a folder's names and its files' events
         self.file_mask = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_DELETE_SELF
                           | inotify.IN_MOVE_SELF)
@@ -73,6 +73,9 @@ class _Events:
             self.generation.setdefault(wd, 0)
         return wd
 
+    def close(self) -> None:
+        self._inotify.close()
+
     def drain(self) -> None:
         for event_wd, mask in self._inotify.read():
             self.seen += 1
@@ -88,6 +91,22 @@ class _Events:
 
 _events: _Events | None = None
 _tried = False
+
+
+def _forget_in_child() -> None:
+    """A forked child shares its parent's inotify instance (one open file): a read there
+    would take events the parent's watches are waiting for, and the parent's memo would
+    miss an edit (a DataLoader's workers loading an extension the parent loaded). The
+    child closes its copy and makes its own at its next Watch; the Watches it inherited
+    then ask it nothing (see unchanged)."""
+    global _events, _tried
+    if _events is not None:
+        _events.close()
+    _events, _tried = None, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _shared() -> _Events | None:
@@ -192,7 +211,7 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dic
 class Watch:
     """Whether a set of files is unchanged since the Watch was made (see module)."""
 
-    __slots__ = ("marks", "files", "seen")
+    __slots__ = ("marks", "files", "seen", "owner")
 
     def __init__(self, paths: Sequence[str], folders: Sequence[str] = ()) -> None:
         """Watch paths (files) and the folders that hold them, and folders themselves (for
@@ -202,7 +221,7 @@ class Watch:
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
         self.marks: list[tuple[int, int]] | None = None
         self.seen = -1
-        events = _shared()
+        events = self.owner = _shared()
         if events is None:
             return
         wanted = _masks(events, paths, folders)
@@ -223,7 +242,7 @@ class Watch:
 
     def unchanged(self) -> bool:
         events = _events
-        if self.marks is not None and events is not None:
+        if self.marks is not None and events is not None and events is self.owner:  # not a forked parent's
             with events.lock:
                 events.drain()
                 return events.seen == self.seen or all(events.generation.get(wd) == g for wd, g in self.marks)
