@@ -348,6 +348,29 @@ def test_stats_count_hits_misses_and_errors_of_concurrent_processes(tmp_path: Pa
     assert "zeroed " + time.strftime("%Y-%m-%d", time.localtime(counts["zeroed_at"])) in capsys.readouterr().out
 
 
+FORKING = textwrap.dedent("""
+    import os, sys
+    from abicache import Cache
+    cache = Cache(sys.argv[1], remote=False)
+    for _ in range(3):  # a build, then two hits counted in memory
+        cache.get_or_build("test", "k", {"extra": {}}, lambda out: (out / "f").write_text("x"))
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a child that ends normally: its exit handlers run
+    assert os.waitpid(pid, 0)[1] == 0
+""")
+
+
+def test_a_forked_child_does_not_write_its_parents_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The counts a process has not written yet are its own to write at its exit: a child
+    forked then (and ending normally) wrote them too, and every hit counted twice."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    subprocess.run([sys.executable, "-c", FORKING, str(tmp_path / "s")], env=env, check=True, timeout=120)
+    assert main(["stats", "--root", str(tmp_path / "s"), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert (counts["hits_local"], counts["misses"], counts["builds"]) == (2, 1, 1), counts
+
+
 def test_ls_at_80_columns_keeps_keys_whole_and_hides_the_engines_entries(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console

@@ -39,6 +39,17 @@ _lock = allocate_lock()
 _registered = False
 
 
+def _forget_in_child() -> None:
+    """A forked child inherits the counts its parent has not written yet: they are the
+    parent's to write (at its exit); the child that also wrote them counted each twice."""
+    global _pending, _lock
+    _pending, _lock = {}, allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def count(store: Store, **amounts: float) -> None:
     """Add to this process's counts for store (memory only)."""
     global _registered
