@@ -191,6 +191,39 @@ def test_a_log_another_user_owns_is_not_read(tmp_path: Path, capsys: pytest.Capt
     log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
     rows = [json.loads(line) for line in log.read_bytes().splitlines()]
     log.write_text("".join(json.dumps([*r[:3], "theirs", *r[4:]]) + "\n" for r in rows))
-    os.chown(log, 12345, 12345)
+    os.chown(log, hostile.ATTACKER, hostile.ATTACKER)  # nobody's
     shown = _ls(capsys, tmp_path / "s")
     assert [r["name"] for r in shown] == ["e0", "e1"] and len(manifest_reads) == 2
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+@pytest.mark.parametrize("memo", ["log", "memo"])
+def test_a_fifo_or_link_for_a_log_or_memo_neither_hangs_nor_redirects(tmp_path: Path, plant: str, memo: str) -> None:
+    """A FIFO where the listing log or memo goes (a group's member could make one) once hung
+    every publish or `ls` (a FIFO opened plainly waits for a writer or reader); a link
+    never leads elsewhere. The trial runs in a process of its own, bounded in time."""
+    import subprocess
+    import sys
+
+    from conftest import SRC
+
+    cache = _store(tmp_path / "s", 1)
+    cache.store.layout.listing.mkdir(exist_ok=True)
+    name = f"t.{os.geteuid()}.log" if memo == "log" else "t.json"
+    path = cache.store.layout.listing / name
+    path.unlink(missing_ok=True)
+    outside = tmp_path / "outside"
+    if plant == "fifo":
+        os.mkfifo(path)
+    else:
+        outside.write_text("")
+        path.symlink_to(outside)
+    code = ("import sys\nfrom abicache import Cache\nfrom abicache.cli import main\n"
+            "c = Cache(sys.argv[1], remote=False)\n"
+            "c.get_or_build('t', 'new', {'extra': {}}, lambda out: (out / 'lib.so').write_text('n'))\n"
+            "assert main(['ls', '--json', '--root', sys.argv[1]]) == 0\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(r["name"] for r in json.loads(done.stdout)) == ["e0", "new"]
+    assert not outside.exists() or outside.read_text() == ""

@@ -35,8 +35,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Any, Callable, Sequence, Union
 
-if TYPE_CHECKING:
     Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
+
 _COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
 _LANGS = {"c": ("CC", "cc", "compiler.cc", ".c"), "c++": ("CXX", "c++", "compiler.cxx", ".cpp")}
 _loaded: dict[tuple[Any, ...], Any] = {}

@@ -25,6 +25,7 @@ from typing import Any, Callable
 VERSION = 1
 _LIMIT = 256 << 20  # a memo larger than this is not one ls wrote (10,000 rows: 2 MiB)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted there: opened without waiting, then refused
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # as listing's
 
 #: a row: [inode, kind, name, size, files, requirements, created]
@@ -41,7 +42,7 @@ def load(path: str) -> tuple[dict[str, MemoRow], bool]:
     whether its text has no escape at all: then no string in it has a control character
     (JSON refuses them raw), and the rows' texts need no check one by one."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
     except OSError:
         return {}, True
     try:

@@ -22,7 +22,6 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Any, Callable, Mapping, Sequence
 
-if TYPE_CHECKING:
     Builder = Callable[[Path], Any]
 
 

@@ -15,15 +15,12 @@ from ..values.records import named_tuple
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Any, Mapping, Protocol, Sequence
+    from typing import Any, Mapping, Sequence
+
+    from ..values.requirements import FactSource
 
 
 KEY_SCHEME = "abicache-key-v1"
-
-
-if TYPE_CHECKING:
-    class FactSource(Protocol):
-        def get(self, name: str) -> str | None: ...
 
 
 def _digest(data: str | bytes) -> str:

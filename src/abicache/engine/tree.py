@@ -33,8 +33,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Callable, Sequence, Union
 
-if TYPE_CHECKING:
     Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
+
 COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu")
 _INCLUDE_FLAGS = ("--include-path=", "-I", "-isystem", "-iquote", "-idirafter")
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 LIMIT = 4 << 20
 SUFFIX = ".log"
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: no link followed; a FIFO planted there is opened without waiting (then refused: not a regular file)
+_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def path_of(folder: str, kind: str) -> str:
@@ -55,7 +56,7 @@ def append(folder: Path, manifest: Manifest, inode: int, make_dir: Callable[[Pat
     """Add the row of an entry just published. Never fails a publish: a store where this
     cannot be written lists from its manifests."""
     path = path_of(os.fspath(folder), manifest.kind)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _FLAGS
     try:
         try:
             fd = os.open(path, flags, 0o600)
@@ -86,7 +87,7 @@ def take(folder: str, kind: str) -> tuple[dict[str, list[Any]], bool, str | None
     except OSError:
         return {}, True, None
     try:
-        fd = os.open(taken, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(taken, os.O_RDONLY | _FLAGS)
     except OSError:
         return {}, True, taken
     try:

@@ -24,8 +24,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
-if TYPE_CHECKING:
     T = TypeVar("T")
+
 _NOT_COPIED = ("__dict__", "__weakref__")
 _GETTER: Any = getattr(collections, "_tuplegetter", None)  # namedtuple's own field descriptor (C)
 _NEW_CODE: dict[int, types.CodeType] = {}  # number of fields -> __new__'s code, args _0.._n-1
