@@ -284,8 +284,11 @@ def remote_memory(work: Path, size: int) -> Callable[[Row], None]:
                 art = Cache(work / f"{case}A", remote=url).get_or_build(
                     "t", "mem", {}, lambda out: (out / "f").write_bytes(b"local bytes"))
                 baseline = _peak(work / f"{case}B0", url)
-                if case == "blob":
-                    client.set(f"{prefix}:v1:b:{art.manifest.files[0].sha256}", b"\0" * size)
+                if case == "blob":  # a frame of a few KiB that inflates to `size` (remote/packed.py)
+                    import zstandard
+
+                    client.set(f"{prefix}:v1:b:{art.manifest.files[0].sha256}.zst",
+                               zstandard.ZstdCompressor().compress(b"\0" * size))
                 else:
                     client.hset(f"{prefix}:v1:m:t:{art.key}", "0123456789abcdef", b"{" * size)
                 grew = _peak(work / f"{case}B1", url) - baseline

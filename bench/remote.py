@@ -1,12 +1,17 @@
 """Remote tier benchmarks, against real servers on 127.0.0.1: SeaweedFS's S3
 gateway and redis-server with an ACL user over TLS (tests/servers.py).
 
-- Remote hit of a 1 MB and a 100 MB artifact (machine B fetches what A
-  published: list, manifest, blob streamed with sha256, fsync, commit) vs the
-  raw client downloading the same object to a file, in the same run.
+- Remote hit of a 1 MB and a 100 MB artifact of random bytes (machine B fetches
+  what A published: list, manifest, blob streamed, inflated and hashed, fsync,
+  commit) vs the raw client downloading the same object to a file, in the same
+  run (random bytes do not pack: both move the raw blob).
 - Hit latency through the remote for a small artifact: in a warm process, and
   in a fresh process (import abicache + client + fetch).
 - Client choice for S3: obstore vs boto3, import + first request.
+- Packed blobs (remote/packed.py): a remote hit of 100 MiB of real shared-library bytes
+  (libtorch_cpu.so's first 100 MiB, else this machine's largest libraries) stored as a zstd
+  frame, against the same entry stored raw as before (an older writer's blob: the reader's
+  fallback), in the same run: bytes moved and time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,7 +64,11 @@ def abicache_hit(url: str, work: Path, name: str, data: bytes) -> tuple[float, s
         for folder in (b.store.layout.entries, b.store.layout.blobs):
             shutil.rmtree(folder)
             folder.mkdir()
-    return statistics.median(times), art.manifest.files[0].sha256
+    sha = art.manifest.files[0].sha256
+    from abicache.remote import packed
+
+    packed_name = packed.packed_name(sha)  # the object the raw client downloads: as stored
+    return statistics.median(times), packed_name if a.remote.backend().has_blob(packed_name) else sha
 
 
 def _never(out: Path) -> None:
@@ -115,6 +125,79 @@ def fresh_process_hit(url: str, work: Path) -> float:
     return statistics.median(times)
 
 
+def real_library_bytes(size: int) -> bytes:
+    """size bytes of real machine code and data: torch's CPU library, else the largest
+    shared libraries under /usr/lib, concatenated (never zeros or random bytes)."""
+    found: list[Path] = []
+    try:
+        import torch  # noqa: F401  (only its folder)
+
+        found.append(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+    except ImportError:
+        pass
+    found += sorted((p for p in Path("/usr/lib").rglob("*.so*") if p.is_file() and not p.is_symlink()),
+                    key=lambda p: -p.stat().st_size)
+    out = bytearray()
+    for path in found:
+        if path.is_file():
+            out += path.read_bytes()[: size - len(out)]
+        if len(out) >= size:
+            return bytes(out)
+    raise SystemExit(f"fewer than {size} bytes of shared libraries on this machine")
+
+
+def _not_an_elf(stage: Path, paths: Any, declared: Any, facts: Any) -> tuple[Any, dict[str, Any]]:
+    """The audit of the cut library: a library's first 100 MiB is no whole ELF file to read."""
+    return declared, {}
+
+
+def packed_against_raw(endpoint: str, work: Path) -> dict[str, Any]:
+    """One entry of 100 MiB of library bytes published (packed), fetched by a new machine; then
+    its blob replaced by the raw file under the old name (as before), fetched again. Each over
+    loopback and over a 1 Gbit/s link (link.py: a throttling proxy in front of SeaweedFS)."""
+    import abicache
+    from link import Link
+
+    data = real_library_bytes(100 << 20)
+    prefix = uuid.uuid4().hex[:12]
+    url = servers.s3_url(endpoint, prefix)
+    a = abicache.Cache(work / "A", remote=url, audit=_not_an_elf)
+    art = a.get_or_build("bench", "real", {"extra": {"size": len(data)}},
+                         lambda out: (out / "code.bin").write_bytes(data))
+    sha = art.manifest.files[0].sha256
+    got: dict[str, Any] = {"bytes": len(data)}
+    host, port = endpoint.removeprefix("http://").split(":")
+
+    def fetch(label: str) -> None:
+        with Link((host, int(port)), rate=LINK_RATE) as slow:
+            for where, over in (("loopback", endpoint), ("1 Gbit/s", f"http://127.0.0.1:{slow}")):
+                b = abicache.Cache(work / f"B-{label}-{where}", remote=servers.s3_url(over, prefix))
+                moved, times = [], []
+                for _ in range(REPEAT):
+                    b.store.ensure()
+                    before = b.remote.stats["bytes_down"]
+                    start = time.perf_counter()
+                    assert b.get_or_build("bench", "real", {"extra": {"size": len(data)}}, _never).origin == "remote"
+                    times.append(time.perf_counter() - start)
+                    moved.append(b.remote.stats["bytes_down"] - before)
+                    b._memo.clear()
+                    for folder in (b.store.layout.entries, b.store.layout.blobs):
+                        shutil.rmtree(folder)
+                        folder.mkdir()
+                got.setdefault(label, {})[where] = {"seconds": statistics.median(times), "moved": statistics.median(moved)}
+
+    fetch("packed")
+    client = servers.raw_s3(endpoint)
+    client.put_object(Bucket=servers.BUCKET, Key=f"{prefix}/v1/blobs/{sha[:2]}/{sha}", Body=data)
+    client.delete_object(Bucket=servers.BUCKET, Key=f"{prefix}/v1/blobs/{sha[:2]}/{sha}.zst")
+    fetch("raw")
+    return got
+
+
+#: the link a fleet's machines share with their object store, in bytes per second (1 Gbit/s)
+LINK_RATE = 125_000_000
+
+
 def client_first_request(endpoint: str) -> dict[str, float]:
     env = {**servers.CREDENTIALS}
     servers.raw_s3(endpoint).put_object(Bucket=servers.BUCKET, Key="probe", Body=b"x" * 1000)
@@ -167,7 +250,9 @@ def main() -> None:
             url = servers.s3_url(endpoint) if engine == "s3" else redis.url()
             warm[engine], _ = abicache_hit(url, work / f"warm-{engine}", "small", b"y" * 4096)
         clients = client_first_request(endpoint)
-    doc.update(fresh_process_small_hit_s=latency, warm_small_hit_s=warm, s3_client_first_request_s=clients)
+        packing = packed_against_raw(endpoint, work / "packed")
+    doc.update(fresh_process_small_hit_s=latency, warm_small_hit_s=warm, s3_client_first_request_s=clients,
+               packed_100MiB=packing)
 
     console = Console()
     table = Table(title=f"Remote hit vs the raw client downloading the same object (medians of {REPEAT}; "
@@ -185,6 +270,12 @@ def main() -> None:
     console.print(small)
     console.print(f"S3 client, import + first GET in a fresh process: obstore {clients['obstore'] * 1e3:.0f} ms, "
                   f"boto3 {clients['boto3'] * 1e3:.0f} ms ({clients['boto3'] / clients['obstore']:.1f}x)")
+    for where in ("loopback", "1 Gbit/s"):
+        p, r = packing["packed"][where], packing["raw"][where]
+        console.print(f"100 MiB of library bytes from SeaweedFS's S3 over {where}: packed (zstd) moves "
+                      f"{p['moved'] / packing['bytes']:.0%} of its bytes in {p['seconds']:.2f} s; stored raw (as "
+                      f"before) {r['moved'] / packing['bytes']:.0%} in {r['seconds']:.2f} s: "
+                      f"{p['seconds'] / r['seconds']:.2f}x the time (targets <= 40%, <= 0.6x)")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "remote.json").write_text(json.dumps(doc, indent=1))
 

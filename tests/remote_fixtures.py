@@ -69,21 +69,41 @@ class Raw:
     def _redis_blob(self, sha: str) -> str:
         return f"{self.prefix}:v1:b:{sha}"
 
-    def put_blob(self, sha: str, data: bytes) -> None:
-        if self.folder is not None:
-            self._write(f"v1/blobs/{sha[:2]}/{sha}", data)
-        elif self.is_s3:
-            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"), Body=data)
+    def put_blob(self, sha: str, data: bytes, *, packed: bool = True, frame: bytes | None = None) -> None:
+        """A blob as abicache stores it (a zstd frame of data under <sha>.zst: remote/packed.py),
+        or raw under <sha> as an older writer left it (packed=False); frame: these bytes under
+        the packed name instead (not a frame, or a frame of other bytes)."""
+        import zstandard
+
+        if packed:
+            name, data = sha + ".zst", frame if frame is not None else zstandard.ZstdCompressor(level=3).compress(data)
         else:
-            self.client.set(self._redis_blob(sha), data)
+            name = sha
+        if self.folder is not None:
+            self._write(f"v1/blobs/{sha[:2]}/{name}", data)
+        elif self.is_s3:
+            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{name}"), Body=data)
+        else:
+            self.client.set(self._redis_blob(name), data)
 
     def delete_blob(self, sha: str) -> None:
+        """Both names, packed and raw (whichever is there)."""
+        for name in (sha + ".zst", sha):
+            if self.folder is not None:
+                (self.folder / f"v1/blobs/{sha[:2]}/{name}").unlink(missing_ok=True)
+            elif self.is_s3:
+                self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{name}"))
+            else:
+                self.client.delete(self._redis_blob(name))
+
+    def blob_names(self) -> list[str]:
+        """The names under v1/blobs/ (packed and raw)."""
         if self.folder is not None:
-            (self.folder / f"v1/blobs/{sha[:2]}/{sha}").unlink()
-        elif self.is_s3:
-            self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{sha}"))
-        else:
-            self.client.delete(self._redis_blob(sha))
+            return sorted(p.name for p in (self.folder / "v1/blobs").rglob("*") if p.is_file())
+        if self.is_s3:
+            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/blobs/"))
+            return sorted(o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", []))
+        return sorted(k.decode().rsplit(":", 1)[1] for k in self.client.scan_iter(self._redis_blob("*")))
 
     def manifests(self, kind: str, key: str) -> dict[str, bytes]:
         if self.folder is not None:

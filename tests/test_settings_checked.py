@@ -92,3 +92,26 @@ def test_the_store_is_dir_everywhere(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["ls", "--root", str(tmp_path / "s")]) == 0
     assert capsys.readouterr().out == by_dir and "1 entry" in by_dir
     assert os.environ.get("ABICACHE_ROOT") is None
+
+
+def test_every_default_parses_so_a_process_with_none_set_skips_the_parses(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_once skips the parses where no setting is in the environment and no config file
+    exists (a fresh process's first Cache): sound only while every default is a good value."""
+    from abicache.settings import checked, config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "s"))
+    for name in checked.PARSERS:
+        monkeypatch.delenv(name, raising=False)
+    settings_file.forget()
+    assert config.no_files()
+    assert checked.problems() == {}
+    parsed: list[str] = []
+    monkeypatch.setattr(checked, "problems", lambda: parsed.append("parsed") or {})
+    checked._passed.clear()
+    checked.check_once()
+    assert parsed == []  # skipped: nothing to parse but defaults
+    monkeypatch.setenv("ABICACHE_EXPLAIN", "1")
+    checked.check_once()
+    assert parsed == ["parsed"]  # one set: every setting parsed

@@ -5,7 +5,7 @@ a blob. Every transport, timeout or credential failure is raised as
 RemoteError; "not there" is an answer (None / False), not an error.
 
 Layout (both engines):
-    blobs       v1/blobs/<sha[:2]>/<sha256>            content addressed, immutable
+    blobs       v1/blobs/<sha[:2]>/<sha256>.zst        content addressed, immutable, a zstd frame (packed.py)
     manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
     gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
     leases      v1/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
@@ -154,8 +154,9 @@ class Listed(NamedTuple):
     written: float | None  # seconds since the epoch; None where the engine keeps no time
 
 
-def blob_name(sha256: str) -> str:
-    return f"v1/blobs/{sha256[:2]}/{sha256}"
+def blob_name(name: str) -> str:
+    """Where a blob is: name is its sha256 (raw, as older writers left it) or packed.packed_name's."""
+    return f"v1/blobs/{name[:2]}/{name}"
 
 
 def entry_prefix(kind: str, key: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import RemoteError
 from .backend import CHUNK, MIN_RATE, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
+from . import packed
 from .url import RemoteURL
 
 _T = TypeVar("_T")
@@ -361,11 +362,12 @@ def _mark(path: Path) -> None:
 
 
 def _files_listed(folder: Path) -> list[Listed]:
-    """The regular files named by a digest in folder, with their sizes and times (one listing)."""
+    """The regular files named by a digest in folder, packed or raw (packed.py), with their sizes
+    and times (one listing)."""
     try:
         with os.scandir(folder) as it:
             found = [(e.name, e.stat(follow_symlinks=False)) for e in it
-                     if len(e.name) == 64 and e.is_file(follow_symlinks=False)]
+                     if packed.sha_of(e.name) is not None and e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:

@@ -36,6 +36,7 @@ from typing import Any, Callable
 from ..errors import ManifestError
 from ..store import manifest as mf
 from ..store.manifest import Manifest
+from . import packed
 from .backend import Backend
 
 #: default seconds an unreferenced blob stays before a prune deletes it
@@ -63,8 +64,9 @@ class Variant:
 @dataclass
 class Inventory:
     variants: list[Variant]
-    blobs: dict[str, int]  # sha256 -> size
+    blobs: dict[str, int]  # sha256 -> the bytes stored for it (packed, raw, or both: packed.py)
     marks: dict[str, float]
+    names: dict[str, list[str]] = field(default_factory=dict)  # sha256 -> the blob names stored for it
 
 
 def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None) -> Inventory:
@@ -77,8 +79,14 @@ def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None
         variants.append(Variant(kind, key, variant, listed.size, listed.written,
                                 _manifest(raw, kind, key, variant)))
         progress(1)
-    blobs = {b.name: b.size for b in backend.blobs()}
-    return Inventory(variants, blobs, backend.marks())
+    blobs: dict[str, int] = {}
+    names: dict[str, list[str]] = {}
+    for listed in backend.blobs():
+        sha = packed.sha_of(listed.name)  # <sha256>.zst (packed) or <sha256> (an older writer's)
+        if sha is not None:
+            blobs[sha] = blobs.get(sha, 0) + listed.size
+            names.setdefault(sha, []).append(listed.name)
+    return Inventory(variants, blobs, backend.marks(), names)
 
 
 def _split(name: str) -> tuple[str, str, str]:
@@ -178,7 +186,8 @@ def apply(backend: Backend, todo: Plan, inv: Inventory | None = None, *, now: fl
         if v.variant:
             backend.delete_manifest(v.kind, v.key, v.variant)
     for sha in todo.delete_blobs:
-        backend.delete_blob(sha)
+        for name in (inv.names.get(sha) if inv is not None else None) or (packed.packed_name(sha), sha):
+            backend.delete_blob(name)
     backend.set_marks({sha: now or time.time() for sha in todo.mark})
     backend.clear_marks(sorted(set(todo.unmark) | set(todo.delete_blobs)))
     return _published_meanwhile(backend, inv, set(todo.delete_blobs)) if inv is not None else 0
@@ -203,7 +212,7 @@ def _published_meanwhile(backend: Backend, inv: Inventory, deleted: set[str]) ->
         if found is None:
             continue
         lost = {f.sha256 for f in found.files} & deleted
-        if lost and not all(backend.has_blob(sha) for sha in lost):
+        if lost and not all(backend.has_blob(packed.packed_name(sha)) or backend.has_blob(sha) for sha in lost):
             backend.delete_manifest(kind, key, variant)
             removed += 1
     return removed

@@ -107,19 +107,26 @@ def lookup(name: str) -> tuple[str | None, str]:
         raw = RAW_ENVIRON.get(_NAMES.get(name) or os.fsencode(name))
         if raw is not None:
             return os.fsdecode(raw), "environment"
-        steer: tuple[object, ...] = tuple(map(RAW_ENVIRON.get, _STEERING))
-    else:
-        if name in os.environ:
-            return os.environ[name], "environment"
-        steer = tuple(map(os.environ.get, settings_file.STEERING))
-    bare = _bare.get(steer)
-    if bare is None:
-        bare = _bare[steer] = _no_files()
-    if bare:
+    elif name in os.environ:
+        return os.environ[name], "environment"
+    if no_files():
         return None, "default"
     from . import setting_sources
 
     return setting_sources.lookup(name, VARIABLES, default_root)
+
+
+def no_files() -> bool:
+    """Neither config file exists (the common case): a setting not in the environment is its
+    default. Memoized by the variables that say where the files are."""
+    if RAW_ENVIRON is not None:
+        steer: tuple[object, ...] = tuple(map(RAW_ENVIRON.get, _STEERING))
+    else:
+        steer = tuple(map(os.environ.get, settings_file.STEERING))
+    bare = _bare.get(steer)
+    if bare is None:
+        bare = _bare[steer] = _no_files()
+    return bare
 
 
 #: os.environ's mapping of bytes on POSIX (os.environ encodes each name and decodes each value:

@@ -24,7 +24,8 @@ from typing import Any, BinaryIO, Callable, ContextManager, NamedTuple
 
 from ..console import progress
 from ..errors import ManifestError, RefusedError
-from ..remote import Tier
+from ..remote import Tier, packed
+from ..remote.backend import Backend
 from ..store import Store
 from ..store import manifest as mf
 from ..store.layout import name_digest
@@ -170,9 +171,11 @@ def _get_file(tier: Tier, store: Store, record: FileRecord, dest: Path) -> str |
     with open(dest, "wb") as fh, _bar(f"downloading {record.path}", record.size) as advance, \
             _Verifier(fh, record.size, advance) as verifier:
         try:
-            found = tier.call(lambda b: b.read_blob(record.sha256, record.size, verifier.feed))
+            found = tier.call(lambda b: _read_blob(b, record, verifier))
         except _TooLong:
             return f"blob {record.sha256[:16]} for {record.path} is longer than its {record.size} bytes"
+        except packed.Damaged as exc:
+            return f"blob {record.sha256[:16]} for {record.path}: {exc}"
     if found is None:
         return ""
     if not found:
@@ -182,8 +185,30 @@ def _get_file(tier: Tier, store: Store, record: FileRecord, dest: Path) -> str |
     if verifier.hexdigest != record.sha256:
         return (f"blob for {record.path} hashes to {verifier.hexdigest[:16]}, the manifest says "
                 f"{record.sha256[:16]} (altered)")
-    tier.stats["bytes_down"] += record.size
+    tier.stats["bytes_down"] += verifier.moved  # what came over the wire (packed)
     return None
+
+
+def _read_blob(backend: Backend, record: FileRecord, verifier: _Verifier) -> bool:
+    """Stream the file's bytes into the verifier: its packed copy unpacked as it comes (the frame
+    read up to its largest size, the bytes cut past the manifest's size by the verifier), else the
+    raw copy an older writer left (remote/packed.py); False if the remote has neither."""
+    unpacking = packed.Unpacking(verifier.feed)
+
+    def take(chunk: bytes | memoryview) -> None:
+        verifier.moved += len(chunk)
+        unpacking.feed(chunk)
+
+    if backend.read_blob(packed.packed_name(record.sha256), packed.bound(record.size), take):
+        unpacking.finish()
+        return True
+    verifier.moved = 0
+
+    def raw(chunk: bytes | memoryview) -> None:
+        verifier.moved += len(chunk)
+        verifier.feed(chunk)
+
+    return backend.read_blob(record.sha256, record.size, raw)
 
 
 class _Verifier:
@@ -198,6 +223,7 @@ class _Verifier:
         self._fh, self._expected, self._advance = fh, expected, advance
         self._digest = hashlib.sha256()
         self.size = 0
+        self.moved = 0  # the bytes that came, packed (remote/packed.py)
         self.hexdigest = ""
         self._flushed = 0
 
@@ -250,7 +276,7 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
         return Published("skipped")
     reused = []
     for record in manifest.files:
-        uploaded = _put_blob(tier, folder / record.path, record)
+        uploaded = _put_blob(tier, folder / record.path, record, store.layout.tmp)
         if uploaded is None:
             return Published("failed")
         if not uploaded:
@@ -262,7 +288,7 @@ def publish(tier: Tier, store: Store, folder: Path, manifest: Manifest) -> Publi
         return Published("failed")
     if created:
         tier.stats["uploaded"] += 1
-        _still_there(tier, folder, reused)
+        _still_there(tier, folder, reused, store.layout.tmp)
         _name(tier, manifest)
         return Published("uploaded")
     tier.stats["lost_races"] += 1
@@ -297,27 +323,34 @@ def fetch_asked(tier: Tier, store: Store, kind: str, name: str, key: str, wanted
     return None
 
 
-def _put_blob(tier: Tier, path: Path, record: FileRecord) -> bool | None:
-    """True once uploaded, False if the remote had it already, None if the remote failed."""
-    present = tier.call(lambda b: b.has_blob(record.sha256))
+def _put_blob(tier: Tier, path: Path, record: FileRecord, scratch: Path) -> bool | None:
+    """True once uploaded, False if the remote had it already (packed or raw), None if the remote
+    failed. Uploaded packed (remote/packed.py), or raw where packing does not pay (random bytes,
+    data already compressed: inflating them would only cost the reader); the packed copy is made
+    in scratch (the store's tmp/) and removed after."""
+    present = tier.call(lambda b: b.has_blob(packed.packed_name(record.sha256)) or b.has_blob(record.sha256))
     if present is None:
         return None
     if present:
         return False
-    with _bar(f"uploading {record.path}", record.size) as advance:
-        done = tier.call(lambda b: b.write_blob(record.sha256, path, record.size, advance) or True)
+    with packed.packing(path, scratch) as (packed_path, size):
+        pays = packed.pays(size, record.size)
+        name, source, size = (packed.packed_name(record.sha256), packed_path, size) if pays else \
+            (record.sha256, path, record.size)
+        with _bar(f"uploading {record.path}", size) as advance:
+            done = tier.call(lambda b: b.write_blob(name, source, size, advance) or True)
     if done:
-        tier.stats["bytes_up"] += record.size
+        tier.stats["bytes_up"] += size
     return True if done else None
 
 
-def _still_there(tier: Tier, folder: Path, reused: list[FileRecord]) -> None:
+def _still_there(tier: Tier, folder: Path, reused: list[FileRecord], scratch: Path) -> None:
     """A blob found on the remote (not uploaded) may have been deleted by a prune that
     listed the manifests before ours was written: look again now that ours is there,
     and upload what went. A prune deleting later sees our manifest (remote/prune.py)."""
     for record in reused:
-        if tier.call(lambda b: b.has_blob(record.sha256)) is False:
-            _put_blob(tier, folder / record.path, record)
+        if tier.call(lambda b: b.has_blob(packed.packed_name(record.sha256)) or b.has_blob(record.sha256)) is False:
+            _put_blob(tier, folder / record.path, record, scratch)
 
 
 def refuse(tier: Tier, store: Store, reason: str, count: int = 1) -> None:

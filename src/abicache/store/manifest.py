@@ -225,7 +225,7 @@ def variant_id(requirements: Requirements, deps: tuple[Dependency, ...] = (), ab
     the paths it found missing, and the variables it read)."""
     if not deps and not absent and not env and not system:
         return sha256_hex(f"variant-v1\0{requirements}".encode())[:16]
-    listed = "\n".join(f"{d.base}\0{d.path}\0{d.sha256}" for d in sorted(deps))
+    listed = "\n".join(map("\0".join, sorted(deps)))  # base, path, sha256: joined in C
     if absent or env or system:
         listed += "\0absent\0" + "\n".join("\0".join(a) for a in sorted(absent))
         listed += "\0env\0" + "\n".join(f"{n}\0{v}" for n, v in sorted(env))

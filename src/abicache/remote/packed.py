@@ -1,0 +1,112 @@
+"""Blobs on a remote are kept compressed: zstd frames under `<sha256>.zst`.
+
+A shared library or a fatbin shrinks 3-5x with zstd at level 3, so every fleet hit moves,
+and the object store keeps, a fraction of the bytes. The local store keeps files as they
+are (directly loadable); only the remote's copy is packed. The name carries the format:
+a reader of the old layout looks for `<sha256>`, finds nothing and builds (it refuses; it
+never misreads a frame as the file), and a reader of this one falls back to `<sha256>`
+where an older writer left the file raw, or where packing did not pay (below). Either way the bytes that come out are hashed and
+sized against the manifest as before (shipping/replicate.py).
+
+A blob that packing does not shrink by a tenth (random bytes, data already compressed) is
+stored raw under `<sha256>`: readers try the packed name, then the raw one.
+
+A frame is decompressed while it downloads, into the verifier, in pieces of at most
+`PIECE` bytes with a window of at most `WINDOW`: a small blob that inflates to gigabytes (a
+decompression bomb) is cut as soon as it passes the size the manifest announces, and never
+holds more than a piece and a window in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+#: the suffix of a packed blob's name (the format: a zstd frame of the file's bytes)
+SUFFIX = ".zst"
+#: zstd level: 3 is zstd's default, about 300 MB/s per core to pack and over 1 GB/s to unpack
+LEVEL = 3
+#: the largest window a frame may ask for (level 3 uses at most 2 MiB on large inputs)
+WINDOW = 8 << 20
+#: decompressed bytes handed to the verifier at a time
+PIECE = 1 << 20
+
+
+def packed_name(sha256: str) -> str:
+    """The name a blob is stored under, packed (backend.blob_name places it)."""
+    return sha256 + SUFFIX
+
+
+def sha_of(name: str) -> str | None:
+    """The sha256 a listed blob name stands for (packed or raw), or None for another name."""
+    sha = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+    return sha if len(sha) == 64 and all(c in "0123456789abcdef" for c in sha) else None
+
+
+def pays(packed_size: int, size: int) -> bool:
+    """Whether a blob is stored packed: where it saves a tenth or more. Random bytes and data
+    already compressed are stored raw under `<sha256>` (inflating them would only cost readers)."""
+    return packed_size <= size - size // 10
+
+
+def bound(size: int) -> int:
+    """The most bytes a frame of `size` bytes takes (zstd's compress bound)."""
+    return size + (size >> 8) + (((128 << 10) - size) >> 11 if size < (128 << 10) else 0) + 64
+
+
+@contextmanager
+def packing(path: Path, folder: Path) -> Iterator[tuple[Path, int]]:
+    """(a packed copy of the file at path, its size): a temporary file in folder, removed after."""
+    import zstandard
+
+    fd, temp = tempfile.mkstemp(prefix=".pack-", dir=folder)
+    try:
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as out:
+            size = os.fstat(src.fileno()).st_size
+            zstandard.ZstdCompressor(level=LEVEL, threads=-1).copy_stream(src, out, size=size)
+        yield Path(temp), os.path.getsize(temp)
+    finally:
+        os.unlink(temp)
+
+
+class Unpacking:
+    """A sink for a packed blob's pieces that hands the file's bytes to `sink` as they come."""
+
+    def __init__(self, sink: Callable[[bytes], None]) -> None:
+        import zstandard
+
+        self._sink = sink
+        self._writer = zstandard.ZstdDecompressor(max_window_size=WINDOW).stream_writer(
+            _To(sink), write_size=PIECE, write_return_read=True, closefd=False)
+        self._error = zstandard.ZstdError
+
+    def feed(self, chunk: bytes | memoryview) -> None:
+        try:
+            self._writer.write(chunk)
+        except self._error as exc:
+            raise Damaged(f"not a zstd frame of this blob ({exc})") from None
+
+    def finish(self) -> None:
+        try:
+            self._writer.flush()
+        except self._error as exc:
+            raise Damaged(f"not a zstd frame of this blob ({exc})") from None
+
+
+class Damaged(Exception):
+    """A packed blob that does not unpack: refused as a blob of wrong bytes is (the remote
+    is not down for it, as it is for a RemoteError)."""
+
+
+class _To:
+    """The file-like object zstandard writes decompressed pieces to."""
+
+    def __init__(self, sink: Callable[[bytes], None]) -> None:
+        self._sink = sink
+
+    def write(self, data: bytes) -> int:
+        self._sink(data)
+        return len(data)
