@@ -54,6 +54,41 @@ for _ in range(20):
     times.append((time.perf_counter() - start) * 1e6)
 print(json.dumps(times))
 """
+MODULE_SOURCE = r"""
+#include <Python.h>
+static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(7); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "floormod", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_floormod(void) { return PyModule_Create(&def); }
+"""
+# The same calls for a CPython module and (where torch is installed) a torch extension, in this
+# interpreter (the clean venv has no abi3info, which a module's audit reads, and no torch): calls
+# within a process do not depend on what its start-up imported.
+REPEATED_OTHERS = {
+    "a CPython module (cc.load_module)": (False, """
+from abicache import Cache, cc
+cache = Cache({store!r})
+call = lambda: cc.load_module("floormod", [{module!r}], cache=cache)
+"""),
+    "a torch extension (abicache.torch.load_inline), after import torch": (True, """
+import torch
+import abicache.torch as at
+from abicache import Cache
+cache = Cache({store!r})
+call = lambda: at.load_inline("floorext", "int answer() {{ return 7; }}", functions=["answer"], cache=cache)
+"""),
+}
+TIMED = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+{setup}
+times = []
+for _ in range(20):
+    start = time.perf_counter()
+    call()
+    times.append((time.perf_counter() - start) * 1e6)
+print(json.dumps(times))
+"""
 MODULES = """
 import json, sys
 before = set(sys.modules)
@@ -130,6 +165,17 @@ def main() -> None:
             subprocess.run([python, "-c", code, trees["abicache"]], check=True, capture_output=True, env=base_env())
             for tree_name, tree in trees.items():  # the store now holds it: every call is a hit
                 runs = [json.loads(subprocess.run([python, "-c", code, tree], check=True, capture_output=True,
+                                                  text=True, env=base_env()).stdout) for _ in range(5)]
+                repeated.setdefault(label, {})[tree_name] = [statistics.median(r[i] for r in runs) for i in range(20)]
+        for label, (needs_torch, setup) in REPEATED_OTHERS.items():
+            interpreter = sys.executable
+            if needs_torch and subprocess.run([interpreter, "-c", "import torch"], capture_output=True).returncode:
+                continue
+            code = TIMED.format(setup=setup.format(store=store, module=MODULE_SOURCE))
+            subprocess.run([interpreter, "-c", code, trees["abicache"]], check=True, capture_output=True,
+                           env=base_env())  # builds it: every call below is a hit
+            for tree_name, tree in trees.items():
+                runs = [json.loads(subprocess.run([interpreter, "-c", code, tree], check=True, capture_output=True,
                                                   text=True, env=base_env()).stdout) for _ in range(5)]
                 repeated.setdefault(label, {})[tree_name] = [statistics.median(r[i] for r in runs) for i in range(20)]
         print("calls in one process (medians of 5 processes): the first, the second, the third, the median of the rest")
