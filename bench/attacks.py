@@ -287,10 +287,10 @@ def remote_memory(work: Path, size: int) -> Callable[[Row], None]:
                 if case == "blob":  # a frame of a few KiB that inflates to `size` (remote/packed.py)
                     import zstandard
 
-                    client.set(f"{prefix}:v1:b:{art.manifest.files[0].sha256}.zst",
+                    client.set(f"{prefix}:v2:b:{art.manifest.files[0].sha256}.zst",
                                zstandard.ZstdCompressor().compress(b"\0" * size))
                 else:
-                    client.hset(f"{prefix}:v1:m:t:{art.key}", "0123456789abcdef", b"{" * size)
+                    client.hset(f"{prefix}:v2:m:t:{art.key}", "0123456789abcdef", b"{" * size)
                 grew = _peak(work / f"{case}B1", url) - baseline
                 growth.append(grew)
                 row.trials += 1

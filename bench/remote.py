@@ -88,7 +88,7 @@ def raw_obstore(url: str, sha: str, out: Path) -> float:
 
     def get() -> None:
         with open(out, "wb") as fh:
-            for chunk in obstore.get(store, f"v1/blobs/{sha[:2]}/{sha}").stream(min_chunk_size=1 << 20):
+            for chunk in obstore.get(store, f"v2/blobs/{sha[:2]}/{sha}").stream(min_chunk_size=1 << 20):
                 fh.write(chunk)
 
     return median_time(get)
@@ -97,14 +97,14 @@ def raw_obstore(url: str, sha: str, out: Path) -> float:
 def raw_boto3(endpoint: str, url: str, sha: str, out: Path) -> float:
     client = servers.raw_s3(endpoint)
     prefix = url.split("/")[3].split("?")[0]
-    return median_time(lambda: client.download_file(servers.BUCKET, f"{prefix}/v1/blobs/{sha[:2]}/{sha}", str(out)))
+    return median_time(lambda: client.download_file(servers.BUCKET, f"{prefix}/v2/blobs/{sha[:2]}/{sha}", str(out)))
 
 
 def raw_redis(server: servers.RedisServer, url: str, sha: str, out: Path) -> float:
     from abicache.remote import url as urlmod
 
     r = server.client()  # the same user, over the same TLS
-    name = f"{urlmod.parse(url).option('prefix')}:v1:b:{sha}"
+    name = f"{urlmod.parse(url).option('prefix')}:v2:b:{sha}"
     return median_time(lambda: out.write_bytes(r.get(name)))
 
 
@@ -188,8 +188,8 @@ def packed_against_raw(endpoint: str, work: Path) -> dict[str, Any]:
 
     fetch("packed")
     client = servers.raw_s3(endpoint)
-    client.put_object(Bucket=servers.BUCKET, Key=f"{prefix}/v1/blobs/{sha[:2]}/{sha}", Body=data)
-    client.delete_object(Bucket=servers.BUCKET, Key=f"{prefix}/v1/blobs/{sha[:2]}/{sha}.zst")
+    client.put_object(Bucket=servers.BUCKET, Key=f"{prefix}/v2/blobs/{sha[:2]}/{sha}", Body=data)
+    client.delete_object(Bucket=servers.BUCKET, Key=f"{prefix}/v2/blobs/{sha[:2]}/{sha}.zst")
     fetch("raw")
     return got
 

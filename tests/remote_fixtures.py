@@ -67,7 +67,7 @@ class Raw:
         return f"{self.prefix}/{name}"
 
     def _redis_blob(self, sha: str) -> str:
-        return f"{self.prefix}:v1:b:{sha}"
+        return f"{self.prefix}:v2:b:{sha}"
 
     def put_blob(self, sha: str, data: bytes, *, packed: bool = True, frame: bytes | None = None) -> None:
         """A blob as abicache stores it (a zstd frame of data under <sha>.zst: remote/packed.py),
@@ -80,9 +80,9 @@ class Raw:
         else:
             name = sha
         if self.folder is not None:
-            self._write(f"v1/blobs/{sha[:2]}/{name}", data)
+            self._write(f"v2/blobs/{sha[:2]}/{name}", data)
         elif self.is_s3:
-            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{name}"), Body=data)
+            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v2/blobs/{sha[:2]}/{name}"), Body=data)
         else:
             self.client.set(self._redis_blob(name), data)
 
@@ -90,64 +90,64 @@ class Raw:
         """Both names, packed and raw (whichever is there)."""
         for name in (sha + ".zst", sha):
             if self.folder is not None:
-                (self.folder / f"v1/blobs/{sha[:2]}/{name}").unlink(missing_ok=True)
+                (self.folder / f"v2/blobs/{sha[:2]}/{name}").unlink(missing_ok=True)
             elif self.is_s3:
-                self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/blobs/{sha[:2]}/{name}"))
+                self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v2/blobs/{sha[:2]}/{name}"))
             else:
                 self.client.delete(self._redis_blob(name))
 
     def blob_names(self) -> list[str]:
-        """The names under v1/blobs/ (packed and raw)."""
+        """The names under v2/blobs/ (packed and raw)."""
         if self.folder is not None:
-            return sorted(p.name for p in (self.folder / "v1/blobs").rglob("*") if p.is_file())
+            return sorted(p.name for p in (self.folder / "v2/blobs").rglob("*") if p.is_file())
         if self.is_s3:
-            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/blobs/"))
+            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v2/blobs/"))
             return sorted(o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", []))
         return sorted(k.decode().rsplit(":", 1)[1] for k in self.client.scan_iter(self._redis_blob("*")))
 
     def manifests(self, kind: str, key: str) -> dict[str, bytes]:
         if self.folder is not None:
-            folder = self.folder / f"v1/entries/{kind}/{key}"
+            folder = self.folder / f"v2/entries/{kind}/{key}"
             return {p.name: p.read_bytes() for p in folder.glob("*") if not p.name.startswith(".")} \
                 if folder.is_dir() else {}
         if self.is_s3:
-            prefix = self._s3_key(f"v1/entries/{kind}/{key}/")
+            prefix = self._s3_key(f"v2/entries/{kind}/{key}/")
             listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=prefix).get("Contents", [])
             return {o["Key"][len(prefix):]: self.client.get_object(Bucket=servers.BUCKET, Key=o["Key"])["Body"].read()
                     for o in listed}
-        found = self.client.hgetall(f"{self.prefix}:v1:m:{kind}:{key}")
+        found = self.client.hgetall(f"{self.prefix}:v2:m:{kind}:{key}")
         return {k.decode(): v for k, v in found.items()}
 
     def put_manifest(self, kind: str, key: str, variant: str, data: bytes) -> None:
         if self.folder is not None:
-            self._write(f"v1/entries/{kind}/{key}/{variant}", data)
+            self._write(f"v2/entries/{kind}/{key}/{variant}", data)
         elif self.is_s3:
-            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v1/entries/{kind}/{key}/{variant}"),
+            self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v2/entries/{kind}/{key}/{variant}"),
                                    Body=data)
         else:
-            self.client.hset(f"{self.prefix}:v1:m:{kind}:{key}", variant, data)
+            self.client.hset(f"{self.prefix}:v2:m:{kind}:{key}", variant, data)
 
     def put_odd_manifest_name(self) -> None:
         """Names another tool (or a hostile writer) could leave: not kind/key/variant, not UTF-8."""
         if self.folder is not None:
-            for name in ("v1/entries/only-two", "v1/entries/a/b/c/d", "v1/entries/k/x/v",
-                         f"v1/entries/test/{'ab' * 32}/{'cd' * 8}"):  # the last: well named, unreadable
+            for name in ("v2/entries/only-two", "v2/entries/a/b/c/d", "v2/entries/k/x/v",
+                         f"v2/entries/test/{'ab' * 32}/{'cd' * 8}"):  # the last: well named, unreadable
                 self._write(name, b"\xff{")
-            os.makedirs(os.fsencode(self.folder / "v1/entries/test") + b"/\xff\xfe", exist_ok=True)
+            os.makedirs(os.fsencode(self.folder / "v2/entries/test") + b"/\xff\xfe", exist_ok=True)
         elif self.is_s3:
-            for name in ("v1/entries/only-two/parts", "v1/entries/a/b/c/d", "v1/entries/k/%ff%fe/v"):
+            for name in ("v2/entries/only-two/parts", "v2/entries/a/b/c/d", "v2/entries/k/%ff%fe/v"):
                 self.client.put_object(Bucket=servers.BUCKET, Key=self._s3_key(name), Body=b"{}")
         else:
-            self.client.hset(f"{self.prefix}:v1:m:test:" .encode() + b"\xff\xfe", b"\xff", b"{}")
-            self.client.hset(f"{self.prefix}:v1:m:short", "v", b"{}")
+            self.client.hset(f"{self.prefix}:v2:m:test:" .encode() + b"\xff\xfe", b"\xff", b"{}")
+            self.client.hset(f"{self.prefix}:v2:m:short", "v", b"{}")
 
     def count_manifests(self) -> int:
         if self.folder is not None:
-            return sum(1 for p in self.folder.glob("v1/entries/*/*/*") if len(p.name) == 16 and p.is_file())
+            return sum(1 for p in self.folder.glob("v2/entries/*/*/*") if len(p.name) == 16 and p.is_file())
         if self.is_s3:
-            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v1/entries/"))
+            listed = self.client.list_objects_v2(Bucket=servers.BUCKET, Prefix=self._s3_key("v2/entries/"))
             return len(listed.get("Contents", []))
-        return sum(self.client.hlen(k) for k in self.client.scan_iter(match=f"{self.prefix}:v1:m:*"))
+        return sum(self.client.hlen(k) for k in self.client.scan_iter(match=f"{self.prefix}:v2:m:*"))
 
 
 @pytest.fixture(params=["s3", "redis", "file"])

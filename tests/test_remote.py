@@ -366,7 +366,7 @@ def _refused(tmp_path: Path, url: str, match: str, **kw: object) -> Cache:
 def test_a_damaged_blob_never_enters_the_store(tmp_path: Path, remote: tuple[str, Raw], damage: str) -> None:
     """The blob is a zstd frame (remote/packed.py): of other bytes, of too few or too many, no
     frame at all, a few KiB that inflate to 64 MiB for a file of 700 bytes (a bomb: cut at byte
-    701, never inflated whole), or an older writer's raw blob altered: each refused."""
+    701, never inflated whole), or a raw blob altered or extended: each refused."""
     url, raw = remote
     _, art = _published(tmp_path, url)
     sha = art.manifest.files[0].sha256
@@ -387,10 +387,10 @@ def test_a_damaged_blob_never_enters_the_store(tmp_path: Path, remote: tuple[str
 
 def test_blobs_move_packed_and_an_older_writers_raw_blob_still_serves(tmp_path: Path,
                                                                      remote: tuple[str, Raw]) -> None:
-    """A published blob is stored only as a zstd frame (a reader of the old layout finds no
-    blob and builds: it refuses, never misreads); a fetch moves the frame and verifies the
-    file's bytes; a remote an older abicache filled (raw blobs) still serves; random bytes,
-    which packing does not shrink, are stored raw."""
+    """A published blob is stored only as a zstd frame; a fetch moves the frame and verifies
+    the file's bytes; a raw blob under the plain name serves too, as random bytes, which
+    packing does not shrink, are stored; all under the layout v2 (an abicache of v1 never
+    meets a frame, nor prunes an entry whose blobs it cannot read)."""
     url, raw = remote
     data = b"".join(b"%08d: a library's bytes repeat a lot\n" % i for i in range(20_000))
     a = Cache(tmp_path / "A", remote=url)
@@ -405,7 +405,7 @@ def test_blobs_move_packed_and_an_older_writers_raw_blob_still_serves(tmp_path: 
     assert stats["bytes_down"] == stats["bytes_up"]  # the frame moved, not the file
 
     raw.delete_blob(sha)
-    raw.put_blob(sha, data, packed=False)  # as an older abicache left it
+    raw.put_blob(sha, data, packed=False)  # stored raw: read under the plain name
     before = stats["bytes_down"]
     got = Cache(tmp_path / "C", remote=url).get_or_build("test", "packed", {"extra": {}}, never)
     assert got.origin == "remote" and got.file().read_bytes() == data
@@ -748,7 +748,7 @@ def test_remote_stats_and_prune_by_age_size_and_broken_entries(tmp_path: Path, r
     assert stats["unreferenced_blobs"] == 0 and stats["broken_entries"] == 0
 
     raw.delete_blob(arts[0].manifest.files[0].sha256)  # k0 is now broken: a fetch of it fails
-    raw.put_blob("ab" * 32, b"orphan", packed=False)  # a blob no manifest names (an older writer's, interrupted)
+    raw.put_blob("ab" * 32, b"orphan", packed=False)  # a blob no manifest names (an interrupted publish)
     code, plan = _cli(capsys, "remote", "prune", "--dry-run", "--max-size", "6999", *root)
     assert code == 0 and plan["dry_run"]
     assert sorted((e["name"], e["why"].split()[0]) for e in plan["deleted_entries"]) == \
@@ -773,10 +773,34 @@ def test_remote_stats_and_prune_by_age_size_and_broken_entries(tmp_path: Path, r
     assert b.get_or_build("test", "k3", {"extra": {"n": 3}}, never).origin == "remote"
 
 
+def test_the_layout_is_v2_and_an_abicache_of_v1_neither_reads_nor_prunes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A v1 tree (raw blobs, as abicache wrote before) beside the v2 one: this abicache
+    publishes, reads and prunes only v2/, and leaves v1/ as it was (an older abicache's prune
+    of v1 would have deleted every entry whose blob it found missing: packed ones)."""
+    folder = tmp_path / "remote"
+    url = f"file://{folder}"
+    old = folder / "v1" / "entries" / "test" / ("ab" * 32)
+    old.mkdir(parents=True)
+    (old / ("cd" * 8)).write_bytes(b"{}")
+    (folder / "v1" / "blobs" / "ef").mkdir(parents=True)
+    (folder / "v1" / "blobs" / "ef" / ("ef" * 32)).write_bytes(b"old")
+    before = sorted(p.relative_to(folder) for p in (folder / "v1").rglob("*"))
+    a = Cache(tmp_path / "A", remote=url)
+    a.get_or_build("test", "new", {"extra": {}}, writer({"f.bin": b"new bytes " * 100}))
+    assert sorted(p.name for p in folder.iterdir()) == ["v1", "v2"]
+    assert list((folder / "v2" / "blobs").rglob("*.zst"))
+    root = ["--root", str(tmp_path / "A"), "--remote", url]
+    code, stats = _cli(capsys, "remote", "stats", *root)
+    assert (stats["entries"], stats["blobs"]) == (1, 1)  # v2's only
+    assert _cli(capsys, "remote", "prune", "--grace", "0s", *root)[0] == 0
+    assert sorted(p.relative_to(folder) for p in (folder / "v1").rglob("*")) == before
+
+
 def test_prune_counts_a_blob_stored_packed_and_raw_once_and_deletes_both(
         tmp_path: Path, remote: tuple[str, Raw], capsys: pytest.CaptureFixture[str]) -> None:
-    """A blob an older writer left raw and a newer one packed is one blob to prune: named, both
-    names stay; unnamed past the grace, both go."""
+    """A blob stored raw and packed (two publishers that judged packing apart) is one blob to
+    prune: named, both names stay; unnamed past the grace, both go."""
     url, raw = remote
     data = b"a library's bytes repeat " * 200
     art = Cache(tmp_path / "A", remote=url).get_or_build("test", "both", {"extra": {}}, writer({"f.bin": data}))

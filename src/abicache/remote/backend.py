@@ -4,13 +4,13 @@ A backend moves bytes and nothing else: it never parses a manifest or trusts
 a blob. Every transport, timeout or credential failure is raised as
 RemoteError; "not there" is an answer (None / False), not an error.
 
-Layout (both engines):
-    blobs       v1/blobs/<sha[:2]>/<sha256>.zst        content addressed, immutable, a zstd frame (packed.py)
-    manifests   v1/entries/<kind>/<key>/<variant>      first writer wins
-    gc marks    v1/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
-    leases      v1/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
-    failures    v1/failures/<kind>/<key>               a build that just failed, and its output (remote/lease.py)
-    names       v1/names/<kind>/<name digest>/<key>    keys built under a name (lookups by what was asked for)
+Layout (every engine), under LAYOUT:
+    blobs       v2/blobs/<sha[:2]>/<sha256>.zst        content addressed, immutable, a zstd frame (packed.py)
+    manifests   v2/entries/<kind>/<key>/<variant>      first writer wins
+    gc marks    v2/gc/<sha256>                         blobs found unreferenced, and when (remote/prune.py)
+    leases      v2/leases/<kind>/<key>                 who builds a key for the fleet now (remote/lease.py)
+    failures    v2/failures/<kind>/<key>               a build that just failed, and its output (remote/lease.py)
+    names       v2/names/<kind>/<name digest>/<key>    keys built under a name (lookups by what was asked for)
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
+#: the remote layout's version, the first part of every name. v1 kept blobs raw; v2 packs them
+#: (packed.py). A new version is a new tree beside the old: an older abicache (its reads, its
+#: publishes, its `remote prune`) sees and touches only its own, never an entry whose blobs it
+#: cannot read (it would prune them as missing).
+LAYOUT = "v2"
 #: receives each chunk of a download, in order (bytes or a memoryview, valid during the call)
 Sink = Callable[["bytes | memoryview"], None]
 #: told how many bytes just moved (progress bars)
@@ -155,25 +160,25 @@ class Listed(NamedTuple):
 
 
 def blob_name(name: str) -> str:
-    """Where a blob is: name is its sha256 (raw, as older writers left it) or packed.packed_name's."""
-    return f"v1/blobs/{name[:2]}/{name}"
+    """Where a blob is: name is its sha256 (raw: packing did not pay) or packed.packed_name's."""
+    return f"{LAYOUT}/blobs/{name[:2]}/{name}"
 
 
 def entry_prefix(kind: str, key: str) -> str:
-    return f"v1/entries/{kind}/{key}/"
+    return f"{LAYOUT}/entries/{kind}/{key}/"
 
 
 def names_prefix(kind: str, digest: str) -> str:
     """Where the keys built under one name are recorded: an empty object per key."""
-    return f"v1/names/{kind}/{digest}/"
+    return f"{LAYOUT}/names/{kind}/{digest}/"
 
 
 def lease_name(kind: str, key: str) -> str:
-    return f"v1/leases/{kind}/{key}"
+    return f"{LAYOUT}/leases/{kind}/{key}"
 
 
 def failure_name(kind: str, key: str) -> str:
-    return f"v1/failures/{kind}/{key}"
+    return f"{LAYOUT}/failures/{kind}/{key}"
 
 
 def transfer_seconds(timeout: float, size: int) -> float:

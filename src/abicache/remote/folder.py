@@ -1,9 +1,9 @@
 """A folder as a remote store: file:///srv/abicache (a shared mount, or what a web server serves).
 
 The layout is the S3 layout (backend.py), plus one small index per key,
-v1/entries/<kind>/<key>.variants (a line "<variant> <size> <written>" per
+v2/entries/<kind>/<key>.variants (a line "<variant> <size> <written>" per
 manifest, rewritten after each publish), and one per name,
-v1/names/<kind>/<digest>.keys (a key a line), so that a static file server can
+v2/names/<kind>/<digest>.keys (a key a line), so that a static file server can
 serve the folder to readers that cannot list it (remote/http.py: any web
 server, CDN or bucket's public URL). `abicache push --remote file:///srv/www/abicache`
 publishes; readers set ABICACHE_REMOTE=https://host/abicache.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import RemoteError
-from .backend import CHUNK, MIN_RATE, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
+from .backend import CHUNK, LAYOUT, MIN_RATE, Advance, Listed, Sink, Static, Tag, blob_name, entry_prefix, names_prefix
 from . import packed
 from .url import RemoteURL
 
@@ -262,8 +262,8 @@ class FolderBackend(Static):
         return self._bounded(lambda: _names(self._p(folder), files), f"listing {folder}")
 
     def entries(self) -> Iterator[tuple[str, str]]:
-        for kind in self._listed("v1/entries"):
-            for key in self._listed(f"v1/entries/{kind}"):
+        for kind in self._listed(f"{LAYOUT}/entries"):
+            for key in self._listed(f"{LAYOUT}/entries/{kind}"):
                 if len(key) == 64:
                     yield kind, key
 
@@ -273,11 +273,11 @@ class FolderBackend(Static):
                 yield Listed(f"{kind}/{key}/{item.name}", item.size, item.written)
 
     def blobs(self) -> Iterator[Listed]:
-        """Every blob: the regular files of v1/blobs/<2 hex>/ named by a digest (a folder or a
+        """Every blob: the regular files of <LAYOUT>/blobs/<2 hex>/ named by a digest (a folder or a
         link named like one is no blob: listing folders here once made prune think every
         manifest named a missing blob)."""
-        for prefix in self._listed("v1/blobs"):
-            folder = f"v1/blobs/{prefix}"
+        for prefix in self._listed(f"{LAYOUT}/blobs"):
+            folder = f"{LAYOUT}/blobs/{prefix}"
             yield from self._bounded(lambda: _files_listed(self._p(folder)), f"listing {folder}")
 
     def delete_manifest(self, kind: str, key: str, variant: str) -> None:
@@ -304,7 +304,7 @@ class FolderBackend(Static):
             raise self._fail(f"deleting blob {sha256[:16]}", exc) from None
 
     def marks(self) -> dict[str, float]:
-        folder = self._p("v1/gc")
+        folder = self._p(f"{LAYOUT}/gc")
 
         def read() -> dict[str, float]:
             return {name: os.lstat(folder / name).st_mtime for name in _names(folder, files=True) if len(name) == 64}
@@ -312,7 +312,7 @@ class FolderBackend(Static):
         return self._bounded(read, "reading gc marks")
 
     def set_marks(self, marks: dict[str, float]) -> None:
-        folder = self._p("v1/gc")
+        folder = self._p(f"{LAYOUT}/gc")
 
         def write() -> None:
             folder.mkdir(parents=True, exist_ok=True)
@@ -325,7 +325,7 @@ class FolderBackend(Static):
         def clear() -> None:
             for sha in shas:
                 try:
-                    os.unlink(self._p(f"v1/gc/{sha}"))
+                    os.unlink(self._p(f"{LAYOUT}/gc/{sha}"))
                 except (FileNotFoundError, IsADirectoryError):
                     pass
 

@@ -6,7 +6,7 @@ times when a job starts everywhere at once. It is advisory: correctness never
 depends on it (a manifest is first-writer-wins, and a machine that loses that
 race adopts the winner's files), so every failure here ends in building locally.
 
-- Taken with a create-only write of v1/leases/<kind>/<key> (S3: If-None-Match: *;
+- Taken with a create-only write of v2/leases/<kind>/<key> (S3: If-None-Match: *;
   Redis: SET NX PX), after a local miss and a remote miss, under the local lock.
 - The holder rewrites it every ttl/3 from a thread with a new beat and the CPU
   seconds its build has spent so far (liveness.py), publishes, then deletes it.

@@ -2,14 +2,12 @@
 
 A shared library or a fatbin shrinks 3-5x with zstd at level 3, so every fleet hit moves,
 and the object store keeps, a fraction of the bytes. The local store keeps files as they
-are (directly loadable); only the remote's copy is packed. The name carries the format:
-a reader of the old layout looks for `<sha256>`, finds nothing and builds (it refuses; it
-never misreads a frame as the file), and a reader of this one falls back to `<sha256>`
-where an older writer left the file raw, or where packing did not pay (below). Either way the bytes that come out are hashed and
-sized against the manifest as before (shipping/replicate.py).
-
-A blob that packing does not shrink by a tenth (random bytes, data already compressed) is
-stored raw under `<sha256>`: readers try the packed name, then the raw one.
+are (directly loadable); only the remote's copy is packed. A blob that packing does not
+shrink by a tenth (random bytes, data already compressed) is stored raw under `<sha256>`:
+readers try the packed name, then the raw one. Either way the bytes that come out are
+hashed and sized against the manifest as before (shipping/replicate.py). The remote's
+layout version (backend.LAYOUT) moved to v2 with this: an abicache that keeps blobs raw
+reads and prunes only v1/, and never meets a frame.
 
 A frame is decompressed while it downloads, into the verifier, in pieces of at most
 `PIECE` bytes with a window of at most `WINDOW`: a small blob that inflates to gigabytes (a

@@ -82,7 +82,7 @@ def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None
     blobs: dict[str, int] = {}
     names: dict[str, list[str]] = {}
     for listed in backend.blobs():
-        sha = packed.sha_of(listed.name)  # <sha256>.zst (packed) or <sha256> (an older writer's)
+        sha = packed.sha_of(listed.name)  # <sha256>.zst (packed) or <sha256> (raw: packing did not pay)
         if sha is not None:
             blobs[sha] = blobs.get(sha, 0) + listed.size
             names.setdefault(sha, []).append(listed.name)

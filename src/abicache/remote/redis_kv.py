@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import CHUNK, FAILURE_BYTES, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, Watchdog, first_line
+from .backend import CHUNK, FAILURE_BYTES, LAYOUT, LEASE_BYTES, MIN_RATE, Advance, Listed, Sink, Tag, Watchdog, first_line
 from .url import RemoteURL
 
 MAX_VALUE = 512 << 20
@@ -83,7 +83,7 @@ class RedisBackend:
         )
 
     def _name(self, *parts: str) -> str:
-        return ":".join((self._prefix, "v1") + parts)
+        return ":".join((self._prefix, LAYOUT) + parts)
 
     def _call(self, what: str, fn: Any, *args: Any, size: int = 0) -> Any:
         """One operation, bounded in total by timeout + size / MIN_RATE seconds:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RemoteError
-from .backend import (CHUNK, FAILURE_BYTES, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix,
+from .backend import (CHUNK, LAYOUT, FAILURE_BYTES, LEASE_BYTES, Advance, Listed, Sink, Tag, blob_name, entry_prefix,
                       failure_name, file_chunks, first_line, lease_name, names_prefix, transfer_seconds)
 from .url import RemoteURL
 
@@ -178,7 +178,7 @@ class S3Backend:
         _, failure = _errors()
         seen = set()
         try:
-            for batch in self._obs.list(self._meta, prefix="v1/entries/"):
+            for batch in self._obs.list(self._meta, prefix=f"{LAYOUT}/entries/"):
                 for meta in batch:
                     parts = meta["path"].split("/")
                     if len(parts) == 5 and (parts[2], parts[3]) not in seen:
@@ -198,12 +198,12 @@ class S3Backend:
             raise self._fail(f"listing {what}", exc) from None
 
     def variants(self) -> Iterator[Listed]:
-        for rest, size, when in self._listed("v1/entries/", "manifests"):
+        for rest, size, when in self._listed(f"{LAYOUT}/entries/", "manifests"):
             if rest.count("/") == 2:
                 yield Listed(rest, size, when)
 
     def blobs(self) -> Iterator[Listed]:
-        for rest, size, when in self._listed("v1/blobs/", "blobs"):
+        for rest, size, when in self._listed(f"{LAYOUT}/blobs/", "blobs"):
             if rest.count("/") == 1:
                 yield Listed(rest.split("/")[1], size, when)
 
@@ -224,19 +224,19 @@ class S3Backend:
 
     def marks(self) -> dict[str, float]:
         # A mark is an empty object: the server's write time is when it was marked.
-        return {rest: when or 0.0 for rest, _, when in self._listed("v1/gc/", "gc marks") if "/" not in rest}
+        return {rest: when or 0.0 for rest, _, when in self._listed(f"{LAYOUT}/gc/", "gc marks") if "/" not in rest}
 
     def set_marks(self, marks: dict[str, float]) -> None:
         _, failure = _errors()
         for sha in marks:
             try:
-                self._obs.put(self._meta, f"v1/gc/{sha}", b"")
+                self._obs.put(self._meta, f"{LAYOUT}/gc/{sha}", b"")
             except failure as exc:
                 raise self._fail(f"marking blob {sha[:16]}", exc) from None
 
     def clear_marks(self, shas: list[str]) -> None:
         for sha in shas:
-            self._delete(f"v1/gc/{sha}")
+            self._delete(f"{LAYOUT}/gc/{sha}")
 
     # ---- build leases: conditional writes on the ETag (If-None-Match: * to take
     # one, If-Match to renew or take over a dead one), so two machines never both win
@@ -258,11 +258,11 @@ class S3Backend:
 
     def server_time(self) -> float | None:
         """S3 has no clock call: the write time the server gives an empty object this
-        process writes (v1/clock/<uuid>), reads back and deletes."""
+        process writes (<LAYOUT>/clock/<uuid>), reads back and deletes."""
         import uuid
 
         _, failure = _errors()
-        path = f"v1/clock/{uuid.uuid4().hex}"
+        path = f"{LAYOUT}/clock/{uuid.uuid4().hex}"
         try:
             self._obs.put(self._meta, path, b"")
             when = self._obs.head(self._meta, path).get("last_modified")
@@ -308,7 +308,7 @@ class S3Backend:
             self._delete(lease_name(kind, key))
 
     def leases(self) -> Iterator[Listed]:
-        for rest, size, when in self._listed("v1/leases/", "leases"):
+        for rest, size, when in self._listed(f"{LAYOUT}/leases/", "leases"):
             if rest.count("/") == 1:
                 yield Listed(rest, size, when)
 

@@ -192,7 +192,7 @@ def _get_file(tier: Tier, store: Store, record: FileRecord, dest: Path) -> str |
 def _read_blob(backend: Backend, record: FileRecord, verifier: _Verifier) -> bool:
     """Stream the file's bytes into the verifier: its packed copy unpacked as it comes (the frame
     read up to its largest size, the bytes cut past the manifest's size by the verifier), else the
-    raw copy an older writer left (remote/packed.py); False if the remote has neither."""
+    raw copy where packing did not pay (remote/packed.py); False if the remote has neither."""
     unpacking = packed.Unpacking(verifier.feed)
 
     def take(chunk: bytes | memoryview) -> None:
