@@ -71,15 +71,29 @@ def packing(path: Path, folder: Path) -> Iterator[tuple[Path, int]]:
 
 
 class Unpacking:
-    """A sink for a packed blob's pieces that hands the file's bytes to `sink` as they come."""
+    """A sink for a packed blob's pieces that hands the file's bytes to `sink` as they come, from
+    a thread of its own: inflating (about 1 GB/s) and the sink's hashing and writing then run
+    side by side, not one after the other (a remote hit of 100 MiB over loopback took 0.28 s
+    inflating in line, against 0.21 s for the raw file). At most QUEUED pieces wait; an error
+    of the sink (the verifier refusing a byte past the manifest's size) stops the download at
+    its next piece."""
+
+    QUEUED = 8
 
     def __init__(self, sink: Callable[[bytes], None]) -> None:
+        import queue
+        import threading
+
         import zstandard
 
         self._sink = sink
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self.QUEUED)
+        self._failed: BaseException | None = None
         self._writer = zstandard.ZstdDecompressor(max_window_size=WINDOW).stream_writer(
-            _To(sink), write_size=PIECE, write_return_read=True, closefd=False)
+            _To(self._put), write_size=PIECE, write_return_read=True, closefd=False)
         self._error = zstandard.ZstdError
+        self._thread = threading.Thread(target=self._drain, name="abicache-unpack", daemon=True)
+        self._thread.start()
 
     def feed(self, chunk: bytes | memoryview) -> None:
         try:
@@ -88,10 +102,34 @@ class Unpacking:
             raise Damaged(f"not a zstd frame of this blob ({exc})") from None
 
     def finish(self) -> None:
+        """The rest of the frame to the sink, and the sink's error if it had one."""
         try:
             self._writer.flush()
         except self._error as exc:
             raise Damaged(f"not a zstd frame of this blob ({exc})") from None
+        finally:
+            self.close()
+        if self._failed is not None:
+            raise self._failed
+
+    def close(self) -> None:
+        """Stop the thread (after a failed download too); idempotent."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _put(self, piece: bytes) -> None:
+        if self._failed is not None:
+            raise self._failed
+        self._queue.put(piece)
+
+    def _drain(self) -> None:
+        while (piece := self._queue.get()) is not None:
+            if self._failed is None:
+                try:
+                    self._sink(piece)
+                except BaseException as exc:  # noqa: BLE001  handed to the downloading thread
+                    self._failed = exc
 
 
 class Damaged(Exception):

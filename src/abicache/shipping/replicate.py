@@ -199,9 +199,12 @@ def _read_blob(backend: Backend, record: FileRecord, verifier: _Verifier) -> boo
         verifier.moved += len(chunk)
         unpacking.feed(chunk)
 
-    if backend.read_blob(packed.packed_name(record.sha256), packed.bound(record.size), take):
-        unpacking.finish()
-        return True
+    try:
+        if backend.read_blob(packed.packed_name(record.sha256), packed.bound(record.size), take):
+            unpacking.finish()
+            return True
+    finally:
+        unpacking.close()
     verifier.moved = 0
 
     def raw(chunk: bytes | memoryview) -> None:
