@@ -69,16 +69,12 @@ class Raw:
     def _redis_blob(self, sha: str) -> str:
         return f"{self.prefix}:v2:b:{sha}"
 
-    def put_blob(self, sha: str, data: bytes, *, packed: bool = True, frame: bytes | None = None) -> None:
-        """A blob as abicache stores it (a zstd frame of data under <sha>.zst: remote/packed.py),
-        or raw under <sha> as an older writer left it (packed=False); frame: these bytes under
-        the packed name instead (not a frame, or a frame of other bytes)."""
+    def put_blob(self, sha: str, data: bytes, *, frame: bytes | None = None) -> None:
+        """A blob as abicache stores it: a zstd frame of data under <sha>.zst (remote/packed.py);
+        frame: these bytes there instead (no frame, or a frame of other bytes)."""
         import zstandard
 
-        if packed:
-            name, data = sha + ".zst", frame if frame is not None else zstandard.ZstdCompressor(level=3).compress(data)
-        else:
-            name = sha
+        name, data = sha + ".zst", frame if frame is not None else zstandard.ZstdCompressor(level=3).compress(data)
         if self.folder is not None:
             self._write(f"v2/blobs/{sha[:2]}/{name}", data)
         elif self.is_s3:
@@ -87,17 +83,16 @@ class Raw:
             self.client.set(self._redis_blob(name), data)
 
     def delete_blob(self, sha: str) -> None:
-        """Both names, packed and raw (whichever is there)."""
-        for name in (sha + ".zst", sha):
-            if self.folder is not None:
-                (self.folder / f"v2/blobs/{sha[:2]}/{name}").unlink(missing_ok=True)
-            elif self.is_s3:
-                self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v2/blobs/{sha[:2]}/{name}"))
-            else:
-                self.client.delete(self._redis_blob(name))
+        name = sha + ".zst"
+        if self.folder is not None:
+            (self.folder / f"v2/blobs/{sha[:2]}/{name}").unlink(missing_ok=True)
+        elif self.is_s3:
+            self.client.delete_object(Bucket=servers.BUCKET, Key=self._s3_key(f"v2/blobs/{sha[:2]}/{name}"))
+        else:
+            self.client.delete(self._redis_blob(name))
 
     def blob_names(self) -> list[str]:
-        """The names under v2/blobs/ (packed and raw)."""
+        """The names under v2/blobs/."""
         if self.folder is not None:
             return sorted(p.name for p in (self.folder / "v2/blobs").rglob("*") if p.is_file())
         if self.is_s3:

@@ -335,9 +335,9 @@ def test_prune_never_writes_through_a_link_in_the_marks_folder(tmp_path: Path) -
     url, blob = _published(tmp_path)
     folder = Path(url.removeprefix("file://"))
     fake, orphan = "ab" * 32, "cd" * 32
-    (folder / "v2" / "blobs" / "ab" / fake).mkdir(parents=True)
+    (folder / "v2" / "blobs" / "ab" / f"{fake}.zst").mkdir(parents=True)  # named like a blob
     (folder / "v2" / "blobs" / "cd").mkdir()
-    (folder / "v2" / "blobs" / "cd" / orphan).write_bytes(b"unnamed")
+    (folder / "v2" / "blobs" / "cd" / f"{orphan}.zst").write_bytes(b"unnamed")
     (folder / "v2" / "gc").mkdir()
     outside = tmp_path / "outside"
     outside.mkdir()

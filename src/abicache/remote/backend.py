@@ -160,7 +160,7 @@ class Listed(NamedTuple):
 
 
 def blob_name(name: str) -> str:
-    """Where a blob is: name is its sha256 (raw: packing did not pay) or packed.packed_name's."""
+    """Where a blob is: name is packed.packed_name's (its sha256 and the frame's suffix)."""
     return f"{LAYOUT}/blobs/{name[:2]}/{name}"
 
 

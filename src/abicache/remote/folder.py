@@ -362,8 +362,8 @@ def _mark(path: Path) -> None:
 
 
 def _files_listed(folder: Path) -> list[Listed]:
-    """The regular files named by a digest in folder, packed or raw (packed.py), with their sizes
-    and times (one listing)."""
+    """The regular files named as packed blobs in folder (packed.py), with their sizes and times
+    (one listing)."""
     try:
         with os.scandir(folder) as it:
             found = [(e.name, e.stat(follow_symlinks=False)) for e in it

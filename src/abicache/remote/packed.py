@@ -2,12 +2,13 @@
 
 A shared library or a fatbin shrinks 3-5x with zstd at level 3, so every fleet hit moves,
 and the object store keeps, a fraction of the bytes. The local store keeps files as they
-are (directly loadable); only the remote's copy is packed. A blob that packing does not
-shrink by a tenth (random bytes, data already compressed) is stored raw under `<sha256>`:
-readers try the packed name, then the raw one. Either way the bytes that come out are
-hashed and sized against the manifest as before (shipping/replicate.py). The remote's
-layout version (backend.LAYOUT) moved to v2 with this: an abicache that keeps blobs raw
-reads and prunes only v1/, and never meets a frame.
+are (directly loadable); only the remote's copy is packed. Every blob is packed, whatever
+it holds: a frame of random bytes is a few bytes longer than they are and inflates at
+memory speed (a 100 MiB random blob's hit measured the same as the raw file's), and one
+name a blob means one request a read. The bytes that come out are hashed and sized against
+the manifest as before (shipping/replicate.py). The remote's layout version
+(backend.LAYOUT) moved to v2 with this: an abicache that keeps blobs raw reads and prunes
+only v1/, and never meets a frame.
 
 A frame is decompressed while it downloads, into the verifier, in pieces of at most
 `PIECE` bytes with a window of at most `WINDOW`: a small blob that inflates to gigabytes (a
@@ -39,15 +40,9 @@ def packed_name(sha256: str) -> str:
 
 
 def sha_of(name: str) -> str | None:
-    """The sha256 a listed blob name stands for (packed or raw), or None for another name."""
-    sha = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+    """The sha256 a listed blob name stands for, or None for a name that is no packed blob."""
+    sha = name[: -len(SUFFIX)] if name.endswith(SUFFIX) else ""
     return sha if len(sha) == 64 and all(c in "0123456789abcdef" for c in sha) else None
-
-
-def pays(packed_size: int, size: int) -> bool:
-    """Whether a blob is stored packed: where it saves a tenth or more. Random bytes and data
-    already compressed are stored raw under `<sha256>` (inflating them would only cost readers)."""
-    return packed_size <= size - size // 10
 
 
 def bound(size: int) -> int:

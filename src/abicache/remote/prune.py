@@ -64,9 +64,8 @@ class Variant:
 @dataclass
 class Inventory:
     variants: list[Variant]
-    blobs: dict[str, int]  # sha256 -> the bytes stored for it (packed, raw, or both: packed.py)
+    blobs: dict[str, int]  # sha256 -> the bytes stored for it (its packed frame: packed.py)
     marks: dict[str, float]
-    names: dict[str, list[str]] = field(default_factory=dict)  # sha256 -> the blob names stored for it
 
 
 def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None) -> Inventory:
@@ -80,13 +79,11 @@ def inventory(backend: Backend, progress: Callable[[int], None] = lambda n: None
                                 _manifest(raw, kind, key, variant)))
         progress(1)
     blobs: dict[str, int] = {}
-    names: dict[str, list[str]] = {}
     for listed in backend.blobs():
-        sha = packed.sha_of(listed.name)  # <sha256>.zst (packed) or <sha256> (raw: packing did not pay)
+        sha = packed.sha_of(listed.name)  # <sha256>.zst; another name is no blob of ours
         if sha is not None:
-            blobs[sha] = blobs.get(sha, 0) + listed.size
-            names.setdefault(sha, []).append(listed.name)
-    return Inventory(variants, blobs, backend.marks(), names)
+            blobs[sha] = listed.size
+    return Inventory(variants, blobs, backend.marks())
 
 
 def _split(name: str) -> tuple[str, str, str]:
@@ -186,8 +183,7 @@ def apply(backend: Backend, todo: Plan, inv: Inventory | None = None, *, now: fl
         if v.variant:
             backend.delete_manifest(v.kind, v.key, v.variant)
     for sha in todo.delete_blobs:
-        for name in (inv.names.get(sha) if inv is not None else None) or (packed.packed_name(sha), sha):
-            backend.delete_blob(name)
+        backend.delete_blob(packed.packed_name(sha))
     backend.set_marks({sha: now or time.time() for sha in todo.mark})
     backend.clear_marks(sorted(set(todo.unmark) | set(todo.delete_blobs)))
     return _published_meanwhile(backend, inv, set(todo.delete_blobs)) if inv is not None else 0
@@ -212,7 +208,7 @@ def _published_meanwhile(backend: Backend, inv: Inventory, deleted: set[str]) ->
         if found is None:
             continue
         lost = {f.sha256 for f in found.files} & deleted
-        if lost and not all(backend.has_blob(packed.packed_name(sha)) or backend.has_blob(sha) for sha in lost):
+        if lost and not all(backend.has_blob(packed.packed_name(sha)) for sha in lost):
             backend.delete_manifest(kind, key, variant)
             removed += 1
     return removed

@@ -190,9 +190,9 @@ def _get_file(tier: Tier, store: Store, record: FileRecord, dest: Path) -> str |
 
 
 def _read_blob(backend: Backend, record: FileRecord, verifier: _Verifier) -> bool:
-    """Stream the file's bytes into the verifier: its packed copy unpacked as it comes (the frame
-    read up to its largest size, the bytes cut past the manifest's size by the verifier), else the
-    raw copy where packing did not pay (remote/packed.py); False if the remote has neither."""
+    """Stream the file's bytes into the verifier: its packed copy inflated as it comes
+    (remote/packed.py; the frame read up to its largest size, the bytes cut past the manifest's
+    size by the verifier); False if the remote has no such blob."""
     unpacking = packed.Unpacking(verifier.feed)
 
     def take(chunk: bytes | memoryview) -> None:
@@ -200,18 +200,12 @@ def _read_blob(backend: Backend, record: FileRecord, verifier: _Verifier) -> boo
         unpacking.feed(chunk)
 
     try:
-        if backend.read_blob(packed.packed_name(record.sha256), packed.bound(record.size), take):
-            unpacking.finish()
-            return True
+        if not backend.read_blob(packed.packed_name(record.sha256), packed.bound(record.size), take):
+            return False
+        unpacking.finish()
+        return True
     finally:
         unpacking.close()
-    verifier.moved = 0
-
-    def raw(chunk: bytes | memoryview) -> None:
-        verifier.moved += len(chunk)
-        verifier.feed(chunk)
-
-    return backend.read_blob(record.sha256, record.size, raw)
 
 
 class _Verifier:
@@ -327,21 +321,16 @@ def fetch_asked(tier: Tier, store: Store, kind: str, name: str, key: str, wanted
 
 
 def _put_blob(tier: Tier, path: Path, record: FileRecord, scratch: Path) -> bool | None:
-    """True once uploaded, False if the remote had it already (packed or raw), None if the remote
-    failed. Uploaded packed (remote/packed.py), or raw where packing does not pay (random bytes,
-    data already compressed: inflating them would only cost the reader); the packed copy is made
-    in scratch (the store's tmp/) and removed after."""
-    present = tier.call(lambda b: b.has_blob(packed.packed_name(record.sha256)) or b.has_blob(record.sha256))
+    """True once uploaded (packed: remote/packed.py), False if the remote had it already, None if
+    the remote failed. The packed copy is made in scratch (the store's tmp/) and removed after."""
+    name = packed.packed_name(record.sha256)
+    present = tier.call(lambda b: b.has_blob(name))
     if present is None:
         return None
     if present:
         return False
-    with packed.packing(path, scratch) as (packed_path, size):
-        pays = packed.pays(size, record.size)
-        name, source, size = (packed.packed_name(record.sha256), packed_path, size) if pays else \
-            (record.sha256, path, record.size)
-        with _bar(f"uploading {record.path}", size) as advance:
-            done = tier.call(lambda b: b.write_blob(name, source, size, advance) or True)
+    with packed.packing(path, scratch) as (packed_path, size), _bar(f"uploading {record.path}", size) as advance:
+        done = tier.call(lambda b: b.write_blob(name, packed_path, size, advance) or True)
     if done:
         tier.stats["bytes_up"] += size
     return True if done else None
@@ -352,7 +341,7 @@ def _still_there(tier: Tier, folder: Path, reused: list[FileRecord], scratch: Pa
     listed the manifests before ours was written: look again now that ours is there,
     and upload what went. A prune deleting later sees our manifest (remote/prune.py)."""
     for record in reused:
-        if tier.call(lambda b: b.has_blob(packed.packed_name(record.sha256)) or b.has_blob(record.sha256)) is False:
+        if tier.call(lambda b: b.has_blob(packed.packed_name(record.sha256))) is False:
             _put_blob(tier, folder / record.path, record, scratch)
 
 
