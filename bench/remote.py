@@ -154,9 +154,8 @@ def packed_against_raw(endpoint: str, work: Path) -> dict[str, Any]:
     """One entry of 100 MiB of library bytes published (packed), fetched by a new machine; then
     the same with its blob stored raw, as the layout v1 kept it (this tree's reader made to
     read the raw object: _reading_raw), fetched again. Each over loopback and over a 1 Gbit/s
-    link (link.py: a throttling proxy in front of SeaweedFS)."""
+    link (servers.rate_proxy in front of SeaweedFS)."""
     import abicache
-    from link import Link
 
     data = real_library_bytes(100 << 20)
     prefix = uuid.uuid4().hex[:12]
@@ -166,10 +165,10 @@ def packed_against_raw(endpoint: str, work: Path) -> dict[str, Any]:
                          lambda out: (out / "code.bin").write_bytes(data))
     sha = art.manifest.files[0].sha256
     got: dict[str, Any] = {"bytes": len(data)}
-    host, port = endpoint.removeprefix("http://").split(":")
+    port = int(endpoint.rsplit(":", 1)[1])
 
     def fetch(label: str) -> None:
-        with Link((host, int(port)), rate=LINK_RATE) as slow:
+        with servers.rate_proxy(port, LINK_RATE) as slow:
             for where, over in (("loopback", endpoint), ("1 Gbit/s", f"http://127.0.0.1:{slow}")):
                 b = abicache.Cache(work / f"B-{label}-{where}", remote=servers.s3_url(over, prefix))
                 moved, times = [], []

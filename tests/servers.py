@@ -289,7 +289,22 @@ def drip_proxy(upstream: int, seconds_per_byte: float) -> Iterator[int]:
     """A TCP proxy to 127.0.0.1:upstream that passes requests at once and
     answers one byte every `seconds_per_byte`: a server that is alive, never
     silent for long, and hopelessly slow. Yields its port."""
+    with rate_proxy(upstream, 1 / seconds_per_byte if seconds_per_byte > 0 else float("inf")) as port:
+        yield port
+
+
+#: a rate proxy's pacing: it sleeps this long while its budget is under a byte
+SLICE = 0.005
+
+
+@contextmanager
+def rate_proxy(upstream: int, rate: float) -> Iterator[int]:
+    """A TCP proxy to 127.0.0.1:upstream that passes requests at once and lets the answers
+    through at `rate` bytes a second (inf: at once): a link of that speed between a client and
+    a server on this machine (real sockets, the server unchanged; S3's signatures cover the host
+    and port the client named, which pass as they are). Yields its port."""
     import threading
+    import time
 
     stop = threading.Event()
     listener = socket.socket()
@@ -297,15 +312,21 @@ def drip_proxy(upstream: int, seconds_per_byte: float) -> Iterator[int]:
     listener.listen(16)
     listener.settimeout(0.2)
 
-    def pump(src: socket.socket, dst: socket.socket, drip: bool) -> None:
+    def pump(src: socket.socket, dst: socket.socket, paced: bool) -> None:
+        budget, last = 0.0, time.monotonic()
         try:
             while not stop.is_set():
-                data = src.recv(1 if drip else 65536)
+                if paced:
+                    now = time.monotonic()
+                    budget, last = min(budget + (now - last) * rate, max(rate * SLICE * 4, 1.0)), now
+                    if budget < 1:
+                        stop.wait(SLICE)
+                        continue
+                data = src.recv(int(budget) if paced else 65536)
                 if not data:
                     break
+                budget -= len(data)
                 dst.sendall(data)
-                if drip:
-                    stop.wait(seconds_per_byte)
         except OSError:
             pass
         finally:
@@ -323,7 +344,7 @@ def drip_proxy(upstream: int, seconds_per_byte: float) -> Iterator[int]:
                 continue
             server = socket.create_connection(("127.0.0.1", upstream))
             threading.Thread(target=pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=pump, args=(server, client, True), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, rate != float("inf")), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
