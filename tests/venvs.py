@@ -48,11 +48,35 @@ def py312_with_abicache() -> str:
         pytest.skip("no Python 3.12 under pyenv")
     with reused("py312-ship") as venv:
         python = venv / "bin" / "python"
-        probe = [str(python), "-c", "import obstore, platformdirs, abi3info, rich"]
-        if not (python.exists() and subprocess.run(probe, capture_output=True).returncode == 0):
-            shutil.rmtree(venv, ignore_errors=True)
+        if not (python.exists() and _holds(python, [*_dependencies(), *_dependencies("remote")])):
+            shutil.rmtree(venv, ignore_errors=True)  # half made, or made before a dependency was added
             make_venv(venv, str(found[-1]), install=["-e", f"{ROOT}[remote]"])
     return str(python)
+
+
+#: run in a reused venv: whether each requirement (sys.argv[1:]) is installed at a version it accepts
+_HOLDS = """
+import sys
+from importlib import metadata
+from packaging.requirements import Requirement
+for line in sys.argv[1:]:
+    req = Requirement(line)
+    if req.marker is None or req.marker.evaluate():
+        assert req.specifier.contains(metadata.version(req.name), prereleases=True), line
+"""
+
+
+def _holds(python: Path, requirements: list[str]) -> bool:
+    """Whether a reused venv still has what pyproject.toml asks for (a venv made before a
+    dependency was added is made again, not reused without it)."""
+    return subprocess.run([str(python), "-c", _HOLDS, *requirements], capture_output=True).returncode == 0
+
+
+def _topped_up(python: Path, requirements: list[str]) -> bool:
+    """What a reused venv lacks installed into it (a dependency added since it was made: a
+    package, not the 6 GB of torch again); whether it then holds."""
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], capture_output=True, timeout=1800)
+    return _holds(python, requirements)
 
 
 #: the newest torch release, as users install it from the package index: a CUDA build (cu13x)
@@ -78,7 +102,9 @@ def newest_torch() -> str:
         python = venv / "bin" / "python"
         probe = [str(python), "-c", "import torch, pytest, xdist, hypothesis, filelock, elftools, platformdirs, "
                  "packaging, rich, abi3info; assert torch.__version__.startswith('2.15'), torch.__version__"]
-        if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        wanted = [*_dependencies(), *NEWEST_TEST_TOOLS]
+        if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0 \
+                and (_holds(python, wanted) or _topped_up(python, wanted)):
             return str(python)
         shutil.rmtree(venv, ignore_errors=True)  # half made, or another torch: made again
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as empty:
@@ -86,11 +112,12 @@ def newest_torch() -> str:
                              env={"PIP_CONSTRAINT": empty.name})
 
 
-def _dependencies() -> list[str]:
-    """abicache's own dependencies, as pyproject.toml lists them."""
+def _dependencies(extra: str | None = None) -> list[str]:
+    """abicache's own dependencies (or an extra's), as pyproject.toml lists them."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
 
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["optional-dependencies"][extra] if extra else project["dependencies"]
