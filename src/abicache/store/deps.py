@@ -400,10 +400,11 @@ def watched(deps: Sequence[Dependency], bases: Mapping[str, str],
     """first_changed, and when all are current a Watch that says cheaply
     whether they still are (armed before the check: nothing slips between).
     The folders of missing paths are watched too: a file created there moves them."""
-    paths = [p for p in (resolve(d, bases) for d in deps) if p is not None]
+    roots = {name: root.rstrip("/") + "/" for name, root in bases.items()}  # first_changed's spelling, a join less a file
+    paths = [d.path if d.base == "abs" else roots[d.base] + d.path for d in deps if d.base == "abs" or d.base in roots]
     folders = [p for p in (resolve(Dependency(a.base, a.folder, ""), bases) for a in absent) if p is not None]
     folders += [g.folder for g in system]  # a package upgrade renames files into it
-    paths += [os.path.join(folder, name) for folder, names in _system_files(system).items() for name in names]
+    paths += [f"{folder}/{name}" for folder, names in _system_files(system).items() for name in names]  # as System.paths
     folders += [p for d in deps if d.sha256.startswith(LISTING) and (p := resolve(d, bases)) is not None]
     from .watch import Watch  # a process's second call: its first hit has no use for it
 

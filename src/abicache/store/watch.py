@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
 import os
+from stat import S_ISLNK
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -148,27 +149,28 @@ def _behind(paths: Sequence[str]) -> tuple[set[str], set[str]]:
     retargeted, or the target replaced, is a name changed there, not in the first link's
     folder), and the files a write may reach by another name, links and files with other
     hard links (an event of that name's folder only; a watch on the file itself is told
-    whatever the name: inotify watches the inode a name leads to). A readlink a hop, and
-    an lstat where a file is no link: os.path.realpath stats every part of every path
-    (0.3 ms for a compiler's 35 files)."""
-    import errno
-
+    whatever the name: inotify watches the inode a name leads to). One lstat a file, and a
+    readlink a hop where it is a link: os.path.realpath stats every part of every path
+    (0.3 ms for a compiler's 35 files), and a readlink tried on every file raised for all
+    but the links (a torch extension's 540: 1 ms)."""
     folders: set[str] = set()
     files: set[str] = set()
     for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not S_ISLNK(st.st_mode):
+            if st.st_nlink > 1:
+                files.add(path)
+            continue
+        files.add(path)
         hop = path
         for _ in range(40):  # the kernel's own limit on links in a row
             try:
                 target = os.readlink(hop)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL and hop == path:  # no link: one with other hard links?
-                    try:
-                        if os.lstat(path).st_nlink > 1:
-                            files.add(path)
-                    except OSError:
-                        pass
+            except OSError:
                 break
-            files.add(path)
             hop = os.path.join(os.path.dirname(hop), target)
             folders.add(os.path.dirname(hop))
     return folders, files
