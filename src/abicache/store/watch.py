@@ -189,8 +189,8 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dic
     listed = set(folders)  # a folder whose listing was read is among the paths too: its names are watched
     paths = [p for p in paths if p not in listed]
     by_folder: dict[str, list[str]] = {}
-    for path in paths:
-        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    for path in paths:  # the folder: what the last '/' leaves (os.path.dirname costs twice that; where
+        by_folder.setdefault(path.rpartition("/")[0] or "/", []).append(path)  # '//' ends it, the same inode)
     wanted: dict[str, int] = {}
     for folder, files in by_folder.items():
         if len(files) > MANY:
