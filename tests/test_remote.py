@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import zstandard
 
 import servers
 from abicache import Cache, cc, remote as remote_mod
@@ -752,8 +753,6 @@ def test_remote_stats_and_prune_by_age_size_and_broken_entries(tmp_path: Path, r
     assert done["deleted_blobs"] == 0
     code, done = _cli(capsys, "remote", "prune", "--grace", "0s", "--max-size", "6999", *root)
     assert sorted(e["name"] for e in done["deleted_entries"]) == ["k1", "k2"]  # oldest first until at most 6999
-    import zstandard
-
     assert done["deleted_blobs"] == 1 and done["freed_bytes"] == len(zstandard.ZstdCompressor(level=3).compress(b"orphan"))
     code, stats = _cli(capsys, "remote", "stats", *root)
     assert (stats["variants"], stats["marked_blobs"]) == (1, 2)  # k1's and k2's blobs wait out their grace
