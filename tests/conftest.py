@@ -62,6 +62,16 @@ def writer(files: dict[str, bytes | str]) -> Callable[[Path], None]:
     return build
 
 
+def plant(path: Path, kind: str, outside: Path) -> None:
+    """What a neighbour plants where abicache opens a file: a FIFO ("fifo": a plain open()
+    waits for a writer for ever), or a symbolic link to outside, an empty file made there."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        outside.write_text("")
+        path.symlink_to(outside)
+
+
 def need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:

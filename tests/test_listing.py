@@ -205,7 +205,7 @@ def test_a_fifo_or_link_for_a_log_or_memo_neither_hangs_nor_redirects(tmp_path: 
     import subprocess
     import sys
 
-    from conftest import SRC
+    from conftest import SRC, plant as planted
 
     cache = _store(tmp_path / "s", 1)
     cache.store.layout.listing.mkdir(exist_ok=True)
@@ -213,11 +213,7 @@ def test_a_fifo_or_link_for_a_log_or_memo_neither_hangs_nor_redirects(tmp_path: 
     path = cache.store.layout.listing / name
     path.unlink(missing_ok=True)
     outside = tmp_path / "outside"
-    if plant == "fifo":
-        os.mkfifo(path)
-    else:
-        outside.write_text("")
-        path.symlink_to(outside)
+    planted(path, plant, outside)
     code = ("import sys\nfrom abicache import Cache\nfrom abicache.cli import main\n"
             "c = Cache(sys.argv[1], remote=False)\n"
             "c.get_or_build('t', 'new', {'extra': {}}, lambda out: (out / 'lib.so').write_text('n'))\n"

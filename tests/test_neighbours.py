@@ -20,7 +20,7 @@ import hostile
 from abicache import Cache, cc
 from abicache.settings import config, settings_file
 from abicache.errors import ConfigError, UntrustedRootError
-from conftest import SRC
+from conftest import SRC, plant as planted
 from test_store_safety import _planted_store
 
 HOSTILE = pytest.mark.skipif(hostile.why_not() is not None, reason=str(hostile.why_not()))
@@ -558,11 +558,7 @@ def test_a_fifo_or_link_in_the_log_folder_neither_hangs_nor_redirects(tmp_path: 
     cache.store.ensure(writing=True)
     log = root / "v3" / "log" / "stats.jsonl"  # every process appends its counts at exit
     outside = tmp_path / "outside.jsonl"
-    if plant == "fifo":
-        os.mkfifo(log)
-    else:
-        outside.write_text("")
-        log.symlink_to(outside)
+    planted(log, plant, outside)
     code = ("import sys; from abicache import Cache; c = Cache(sys.argv[1], remote=False)\n"
             "c.get_or_build('t', 'x', {'extra': {}}, lambda out: (out / 'f').write_text('x'))")
     done = subprocess.run([sys.executable, "-c", code, str(root)], env={**os.environ, "PYTHONPATH": str(SRC)},
