@@ -6,7 +6,10 @@ A C library already in the store, loaded by a script that imports `abicache.cc` 
 this machine imports pathlib, re or typing first), run in alternating order, the medians of
 user + system time of each child (`resource.getrusage`). With `--against OTHER/src`, the same
 hit by another checkout's abicache in the same rounds (`git worktree add /tmp/prev <commit>`).
-Target: hit / `ctypes.CDLL` <= 1.5x. Also prints what the hit imports (modules abicache adds).
+Target: hit / `ctypes.CDLL` <= 1.5x. The hit is served by its hit record (src/abicache/hits/:
+the first run writes it); "no record yet" is the same hit where none stands for it (the first
+process after a change: each run in an environment of its own, so each looks the entry up in
+full and writes a record). Also prints what the hit imports (modules abicache adds).
 
     python3 bench/hit_floor.py [--runs 25] [--against /tmp/prev/src]
 """
@@ -100,9 +103,9 @@ print(json.dumps([len([m for m in added if m.startswith("abicache")]), [m for m 
 """
 
 
-def cpu_ms(argv: list[str]) -> float:
+def cpu_ms(argv: list[str], env: dict[str, str] | None = None) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=base_env())
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**base_env(), **(env or {})})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
 
@@ -129,12 +132,14 @@ def main() -> None:
                  "ctypes.CDLL by path": [python, "-c", f"import ctypes; ctypes.CDLL({str(lib)!r}).answer()"]}
         for name, tree in trees.items():
             argvs[f"hit: {name}"] = [python, "-c", HIT.format(source=SOURCE, store=store), tree]
-        for argv in argvs.values():  # warm the page cache and the .pyc
+        argvs["hit: abicache, no record yet"] = argvs["hit: abicache"]
+        for argv in argvs.values():  # warm the page cache and the .pyc (and write the hit's record)
             cpu_ms(argv)
         times: dict[str, list[float]] = {name: [] for name in argvs}
-        for _ in range(args.runs):
+        for run in range(args.runs):
             for name, argv in argvs.items():
-                times[name].append(cpu_ms(argv))
+                fresh = {"ABICACHE_BENCH_RUN": str(run)} if name.endswith("no record yet") else None
+                times[name].append(cpu_ms(argv, fresh))
         medians = {name: statistics.median(v) for name, v in times.items()}
         floor = medians["ctypes.CDLL by path"]
         print(f"fresh process, cpu time (user + system), medians of {args.runs} alternating runs, clean venv "

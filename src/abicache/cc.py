@@ -15,288 +15,35 @@ Several translation units are compiled in parallel, each a cached object.
 
 from __future__ import annotations
 
-import errno
+from _collections_abc import Mapping  # collections.abc's, without importing collections
 import ctypes  # cc is imported with abicache, so the first hit does not pay for ctypes
 import os
-import sys
-from pathlib import Path
-from types import ModuleType
-from collections.abc import Mapping
 
-from .engine import steer, tree as trees
-from .engine.job import Job
-from .core.cache import Artifact, BuildResult, Cache, default_cache
-from .env import Facts
-from .errors import AbicacheError, BuildError
-from .core.key import Inputs
-from .values.records import named_tuple
+from .engine import steer
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any, Callable, Sequence, Union
+
+    from .core.artifact import Artifact
+    from .core.cache import Cache
+    from .frontends.cc_plans import Plan
+    from .hits.record import Served
 
     Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 
-_COMPILED = (".c", ".cc", ".cpp", ".cxx", ".c++")  # what cc compiles (torch adds .cu)
-_LANGS = {"c": ("CC", "cc", "compiler.cc", ".c"), "c++": ("CXX", "c++", "compiler.cxx", ".cpp")}
 _loaded: dict[tuple[Any, ...], Any] = {}
 
 
-def _lang(lang: str) -> tuple[str, str, str, str]:
-    try:
-        return _LANGS[lang]
-    except KeyError:
-        raise AbicacheError(f"unknown lang {lang!r}; use 'c' or 'c++'") from None
+def __getattr__(name: str) -> Any:
+    """The plans, the compiler runs and the rest live in frontends/cc_plans.py: a call its
+    hit record serves (hits/) imports none of it."""
+    from .frontends import cc_plans
 
-
-def compiler_command(lang: str) -> list[str]:
-    """$CC or $CXX (cc, c++) as words: a wrapper and flags after the compiler included."""
-    variable, default, _, _ = _lang(lang)
-    return list(steer.command(variable, default))
-
-
-def run_compiler(argv: list[str], cwd: Path, what: str, verbose: bool = False, *,
-                 env: Mapping[str, str] | None = None, fds: Sequence[int] = ()) -> None:
-    """Run one compiler command (env: variables added to this process's); on
-    failure, BuildError with its output. It runs in a process group of its own,
-    stopped with the build when the build is interrupted (engine/interrupt.py)."""
-    import subprocess
-
-    from .engine import interrupt
-
-    if interrupt.stopping():
-        raise interrupt.Stopped(f"building {what}: interrupted")
-    if verbose:
-        print("abicache: " + " ".join(argv), file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", env={**os.environ, **env} if env else None,
-                                pass_fds=tuple(fds), start_new_session=True)
-    except FileNotFoundError:
-        raise BuildError(
-            f"compiler {argv[0]!r} not found while building {what}; install it or set CC/CXX",
-            command=tuple(argv), missing_tool=argv[0],
-        ) from None
-    with interrupt.running(proc):
-        stdout, stderr = _communicate(proc)
-    if proc.returncode != 0:
-        if interrupt.stopping():
-            raise interrupt.Stopped(f"building {what}: interrupted")
-        _refuse_full_disk(argv, cwd, stdout + stderr)
-        raise BuildError(
-            f"building {what} failed (exit {proc.returncode})",
-            command=tuple(argv),
-            output=stdout + stderr,
-        )
-
-
-#: what a tool prints when the disk or the quota is full (its own words around it vary: the
-#: assembler's "can't fill ... in section", ld's "final link failed", BFD's assertions)
-_FULL = {errno.ENOSPC: os.strerror(errno.ENOSPC), errno.EDQUOT: os.strerror(errno.EDQUOT)}
-
-
-def _refuse_full_disk(argv: Sequence[str], cwd: str | None, output: str) -> None:
-    """A tool that failed for want of space is the store's (or the disk's) failure, not the
-    source's: an OSError naming the output it was writing, which the cache turns into the
-    same one line a full disk gives when it publishes (errors.unwritable_store)."""
-    for code, text in _FULL.items():
-        if text in output:
-            out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)
-            raise OSError(code, text, os.path.join(cwd or os.getcwd(), out) if out else (cwd or os.getcwd()))
-
-
-def _communicate(proc: Any) -> tuple[str, str]:
-    """proc's output once it exits, waiting in slices (engine/interrupt.py: a signal another
-    thread received is handled at once); a retried communicate() loses no output."""
-    import subprocess
-
-    from .engine import interrupt
-
-    while True:
-        try:
-            return proc.communicate(timeout=interrupt.SLICE)
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _compile(
-    argv_head: list[str],
-    named: dict[str, str],
-    out: Path,
-    argv_tail: list[str],
-    what: str,
-    *,
-    verbose: bool = False,
-    objects: Callable[[Path], list[str]] | None = None,
-) -> None:
-    """Write sources into a scratch dir, compile and link straight into `out`.
-
-    objects(scratch) may first build object files there (e.g. nvcc for .cu
-    sources); they are linked in.
-    """
-    import tempfile
-
-    from .console import progress
-
-    with tempfile.TemporaryDirectory(prefix="abicache-cc-") as scratch:
-        work = Path(scratch)
-        for name, code in named.items():
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).write_text(code)
-        compiled = [n for n in sorted(named) if n.endswith(_COMPILED)]
-        with progress.step(f"compiling {what} ({', '.join(sorted(named))})", force=verbose):
-            extra = objects(work) if objects is not None else []
-            run_compiler(argv_head + compiled + extra + ["-o", str(out)] + argv_tail, work, what, verbose)
-
-
-def library_filename(name: str) -> str:
-    return f"{name}.dll" if os.name == "nt" else (
-        f"lib{name}.dylib" if sys.platform == "darwin" else f"lib{name}.so"
-    )
-
-
-@named_tuple
-class Plan:
-    """Everything the cache needs to find or build one artifact."""
-
-    kind: str
-    name: str
-    inputs: Inputs
-    build: Callable[[Path], Any] | None  # None: the build engine runs `job`
-    requires: tuple[str, ...] = ()
-    bases: Mapping[str, str] = {}  # where the folders its dependencies are recorded against are
-    job: Job | None = None
-    custom: Callable[[Path, Cache], Any] | None = None  # a builder that drives the engine itself
-    recipe: Mapping[str, Any] | None = None  # how to make the same call again (abicache check)
-
-    def builder(self, cache: Cache) -> Callable[[Path], Any]:
-        if self.build is not None:
-            return self.build
-        if self.custom is not None:
-            custom = self.custom
-            built: Callable[[Path], Any] = lambda out: custom(out, cache)  # noqa: E731
-        else:
-            assert self.job is not None
-            built = _engine(self.job, cache)
-        if self.recipe is not None:
-            built.recipe = dict(self.recipe)  # type: ignore[attr-defined]  # kept in the manifest
-        built.for_cache = self.builder  # type: ignore[attr-defined]  # the same build, into another store
-        return built
-
-    def run(self, cache: Cache | None = None) -> Artifact:
-        cache = cache or default_cache()
-        art = cache.get_or_build(self.kind, self.name, self.inputs, self.builder(cache), self.requires,
-                                 bases=self.bases)
-        if art.origin == "local" and _checking():
-            from .frontends import check_spawn
-
-            check_spawn.maybe_check(cache, art)
-        return art
-
-
-def _checking() -> bool:
-    """ABICACHE_CHECK is set to something (the environment, or the user's config file)."""
-    if "ABICACHE_CHECK" in os.environ:
-        return os.environ["ABICACHE_CHECK"].strip() not in ("", "0")
-    from .settings import config
-
-    return config.text("ABICACHE_CHECK") not in ("", "0")
-
-
-def library_plan(
-    name: str,
-    sources: Sequence[Source] | Source,
-    *,
-    lang: str | None = None,
-    cflags: Sequence[str] = (),
-    ldflags: Sequence[str] = (),
-) -> Plan:
-    """lang None: each file's language by its extension, as a compiler driver
-    decides it (.c is C, compiled with $CC; the rest C++, and str code is
-    C++); "c" or "c++" compiles every source in that language."""
-    _, _, tool, ext = _lang(lang or "c++")
-    tree = trees.make(sources, ext, cflags, _COMPILED, name)
-    filename = library_filename(name)
-    soname = [f"-Wl,-soname,{filename}"] if sys.platform.startswith("linux") else []
-    tail = (*soname, *ldflags)
-    job = _job(f"library {name}", tree, lang, ("-fPIC", "-O2"), ("-fPIC", "-O2"), ("-shared",), tail, filename)
-    inputs = Inputs.make(tree.key_sources(), flags=["-shared", "-fPIC", "-O2", *tree.key_flags, "|", *tail],
-                         tools=_tools(job), extra={"lang": _key_lang(job), **dict(job.steer)})
-    recipe = _recipe("cc.library", name, sources, lang=lang, cflags=list(cflags), ldflags=list(ldflags))
-    return Plan("cc.library", name, inputs, None, bases=tree.bases, job=job, recipe=recipe)
-
-
-def _recipe(frontend: str, name: str, sources: Sequence[Source] | Source, **args: Any) -> dict[str, Any]:
-    """The call, as JSON: `abicache check` makes it again, in the same folder, to
-    compare a fresh build with the cached one. Sources: code, a file, or files."""
-    single = type(sources) not in (list, tuple) and isinstance(sources, (str, os.PathLike, Mapping))
-    listed: list[dict[str, Any]] = []
-    for item in [sources] if single else sources:
-        if isinstance(item, str):
-            listed.append({"code": item})
-        elif hasattr(item, "__fspath__"):
-            listed.append({"path": os.fsdecode(os.fspath(item))})
-        else:
-            listed.append({"files": {str(k): str(v) for k, v in dict(item).items()}})
-    return {"frontend": frontend, "name": name, "sources": listed, "cwd": os.getcwd(), **args}
-
-
-def plan_of(recipe: Mapping[str, Any]) -> Plan:
-    """The Plan a recipe describes, made in this process's working directory."""
-    from pathlib import Path as P
-
-    sources: list[Source] = []
-    for item in recipe["sources"]:
-        sources.append(item["code"] if "code" in item else P(item["path"]) if "path" in item else item["files"])
-    common = dict(lang=recipe.get("lang"), cflags=recipe.get("cflags", ()), ldflags=recipe.get("ldflags", ()))
-    if recipe.get("frontend") == "cc.module":
-        return module_plan(recipe["name"], sources, abi3=recipe.get("abi3"), **common)
-    if recipe.get("frontend") == "cc.library":
-        return library_plan(recipe["name"], sources, **common)
-    raise AbicacheError(f"cannot rebuild from a recipe of {recipe.get('frontend')!r}")
-
-
-def _job(what: str, tree: trees.Tree, lang: str | None, cflags: tuple[str, ...], key_cflags: tuple[str, ...],
-         link: tuple[str, ...], tail: tuple[str, ...], filename: str, covered: tuple[str, ...] = ()) -> Job:
-    """A job of this frontend: lang None lets each unit's extension decide
-    (the C++ driver links, unless every unit is C)."""
-    cc, cxx = tuple(compiler_command("c")), tuple(compiler_command("c++"))
-    units = [f.name for f in tree.units]
-    if lang is None:
-        lang = "c" if units and all(n.endswith(".c") for n in units) else "c++"
-        c_units = any(n.endswith(".c") for n in units) and lang == "c++"
-    else:
-        c_units = False
-    _, _, tool, _ = _lang(lang)
-    main = cc if lang == "c" else cxx
-    commands = (("cxx", cxx), ("cc", cc)) if c_units else ((("cc" if lang == "c" else "cxx"), main),)
-    return Job(what, main, tool, lang, tree, cflags, key_cflags, link, tail, filename, covered,
-               c_compiler=cc if c_units else (), steer=tuple(sorted(steer.key_extra(*commands, cuda=False).items())))
-
-
-def _key_lang(job: Job) -> str:
-    """The languages the units compile in: lang=None over .cpp files is the same build as lang="c++"."""
-    return f"{job.lang}+c" if job.c_compiler else job.lang
-
-
-def _tools(job: Job) -> list[str]:
-    return [job.tool, *(["compiler.cc"] if job.c_compiler else [])]
-
-
-def _engine(job: Job, cache: Cache) -> Callable[[Path], BuildResult]:
-    def build(out: Path) -> BuildResult:
-        from .console import progress
-        from .engine import units
-
-        with progress.step(f"compiling {job.what} ({', '.join(f.name for f in job.tree.files)})"):
-            return units.build(job, cache, out, runner(job.verbose))
-
-    build.__qualname__ = f"engine.units({job.what})"
-    return build
-
-
-def runner(verbose: bool) -> Callable[..., None]:
-    return lambda argv, cwd, what, **watched: run_compiler(argv, cwd, what, verbose, **watched)
+    if name.startswith("__") or not hasattr(cc_plans, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(cc_plans, name)
 
 
 def build_library(
@@ -309,7 +56,10 @@ def build_library(
     cache: Cache | None = None,
 ) -> Artifact:
     """The cached shared library (not loaded). It declares no requirement."""
-    return library_plan(name, sources, lang=lang, cflags=cflags, ldflags=ldflags).run(cache)
+    from .frontends import cc_plans
+
+    call = _call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags)
+    return _run(cc_plans.library_plan(name, sources, lang=lang, cflags=cflags, ldflags=ldflags), cache, call)
 
 
 def load_library(
@@ -328,7 +78,115 @@ def load_library(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: ctypes.CDLL(str(art.file())),
+        lambda: _serve(_call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags), cache,
+                       ctypes.CDLL),
     )
+
+
+def build_module(
+    name: str,
+    sources: Sequence[Source] | Source,
+    *,
+    abi3: str | None = None,
+    lang: str = "c",
+    cflags: Sequence[str] = (),
+    ldflags: Sequence[str] = (),
+    cache: Cache | None = None,
+) -> Artifact:
+    """The cached CPython extension module (not imported).
+
+    abi3="3.10" builds against the limited API: one build serves every
+    CPython >= 3.10. Otherwise the module is tied to this interpreter's ABI.
+    """
+    from .core.cache import default_cache
+    from .frontends import cc_plans
+
+    cache = cache or default_cache()
+    plan = cc_plans.module_plan(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags,
+                                facts=cache.facts)
+    return _run(plan, cache, _call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags))
+
+
+def load_module(
+    name: str,
+    sources: Sequence[Source] | Source,
+    *,
+    abi3: str | None = None,
+    lang: str = "c",
+    cflags: Sequence[str] = (),
+    ldflags: Sequence[str] = (),
+    cache: Cache | None = None,
+) -> ModuleType:
+    """Build (once) and import a CPython extension module."""
+    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache),
+            _here(sources, cflags), _steering())
+    return _load_once(
+        memo,
+        lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
+        lambda art: _import(name, os.fspath(art.file())),
+        lambda: _serve(_call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags),
+                       cache, lambda path: _import(name, path)),
+    )
+
+
+def _import(name: str, path: str) -> ModuleType:
+    from .frontends.importing import import_extension
+
+    return import_extension(name, path)
+
+
+def _call(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None:
+    from .hits import naming
+
+    return naming.call_of(frontend, name, sources, **args)
+
+
+def _record_root(cache: Cache | None) -> str | None:
+    """The store a hit record of a call with this cache is kept in, as written; None where
+    no record may stand for it (a Cache given settings, or changed since: hits/)."""
+    if cache is not None and not cache.as_opened():
+        return None
+    if cache is not None and cache.given_root is not None:
+        return os.fspath(cache.given_root)
+    from .hits import naming
+
+    return naming.default_root()
+
+
+def _run(plan: Plan, cache: Cache | None, call: bytes | None) -> Artifact:
+    """The plan's artifact (found or built); then the hit record the next process's same
+    call reads (hits/writer.py)."""
+    from .core.cache import default_cache
+    from .frontends import cc_plans
+
+    root = _record_root(cache)
+    cache = cache or default_cache()
+    if call is None or root is None:
+        return plan.run(cache)
+    from .hits import writer
+
+    seen = writer.before(cache, call, root, plan.inputs.tools)
+    art = plan.run(cache)
+    writer.note(cache, call, root, art, plan.inputs.tools, dict(plan.bases), cc_plans.checking(), seen)
+    return art
+
+
+def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) -> tuple[Served, Any] | None:
+    """(the record that served the call, what load made of its file), or None: the full lookup."""
+    root = _record_root(cache) if call is not None else None
+    if root is None:
+        return None
+    from .hits import record, tally
+
+    served = record.serve(call, root)  # type: ignore[arg-type]
+    if served is None:
+        return None
+    try:
+        loaded = load(served.file)
+    except OSError:
+        return None  # removed between the check and the load (gc): the full lookup
+    tally.count(served.root, served.seconds)
+    return served, loaded
 
 
 def _steering() -> tuple[Any, ...]:
@@ -338,8 +196,8 @@ def _steering() -> tuple[Any, ...]:
 
 
 def _where(cache: Cache | None) -> Any:
-    """Which store a memo entry belongs to, without building a Path on every hit."""
-    return cache.root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
+    """Which store a memo entry belongs to, as written (a Cache's root before it is opened)."""
+    return cache.given_root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
 
 
 def _here(sources: Any, cflags: Sequence[str]) -> str | None:
@@ -371,16 +229,23 @@ def _fingerprint(sources: Sequence[Source] | Source) -> Any:
     return tuple(out)
 
 
-def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callable[[Artifact], Any]) -> Any:
+def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callable[[Artifact], Any],
+               serve: Callable[[], tuple[Served, Any] | None] | None = None) -> Any:
     """Load an artifact once per process, and again when a header it was
     compiled from changed (a notebook editing a header and loading again gets
     the new code). gc may remove the entry between lookup and load: then look
-    it up (or build it) once more."""
+    it up (or build it) once more. serve: the first call's hit record (hits/), if
+    one serves it."""
     held = _loaded.get(memo)
     if held is not None and held[0].current():
         return held[1]
+    if held is None and serve is not None:
+        got = serve()
+        if got is not None:
+            _loaded[memo] = got
+            return got[1]
     art = get()
-    if held is not None and art.path == held[0].path:  # touched, not changed: the same build
+    if held is not None and os.fspath(art.path) == os.fspath(held[0].path):  # touched, not changed: the same build
         _loaded[memo] = (art, held[1])
         return held[1]
     try:
@@ -394,141 +259,3 @@ def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callabl
     return loaded
 
 
-def python_include() -> str:
-    """This interpreter's include folder. sysconfig takes ~1 ms (it loads the
-    build's config data), a fifth of a hit: on POSIX the folder is where its
-    default scheme puts it, checked to exist; else ask sysconfig, once."""
-    found = _python_paths.get("include")
-    if found is None:
-        guess = os.path.join(sys.base_prefix, "include",
-                             f"python{sys.version_info[0]}.{sys.version_info[1]}{getattr(sys, 'abiflags', '')}")
-        if os.name != "posix" or not os.path.isfile(os.path.join(guess, "Python.h")):
-            import sysconfig
-
-            guess = sysconfig.get_paths()["include"]
-        found = _python_paths["include"] = guess
-    return found
-
-
-_python_paths: dict[str, str] = {}
-
-
-def ext_suffix() -> str:
-    """The file suffix of this interpreter's extension modules (EXT_SUFFIX),
-    without loading sysconfig's data: the import system's first suffix."""
-    import importlib.machinery
-
-    return importlib.machinery.EXTENSION_SUFFIXES[0]
-
-
-def _python_flags(abi3: str | None, facts: Facts) -> tuple[list[str], str, dict[str, str], list[str]]:
-    """(compile flags, file suffix, key extras, declared requirements) for a module."""
-    include = python_include()
-    if abi3 is None:
-        abi = facts.get("python.abi") or "unknown"
-        suffix = ext_suffix()
-        return [f"-I{include}"], suffix, {"python.abi": abi}, [f"python.abi == {abi}"]
-    major, _, minor = abi3.partition(".")
-    if not (major == "3" and minor.isdigit()):
-        raise AbicacheError(f"abi3={abi3!r} is not a Python version like '3.10'")
-    hexversion = f"0x03{int(minor):02X}0000"
-    flags = [f"-I{include}", f"-DPy_LIMITED_API={hexversion}"]
-    suffix = ".abi3.so" if os.name != "nt" else ".pyd"
-    return flags, suffix, {"abi3": abi3}, [f"python.abi3 >= {abi3}"]
-
-
-def module_plan(
-    name: str,
-    sources: Sequence[Source] | Source,
-    *,
-    abi3: str | None = None,
-    lang: str = "c",
-    cflags: Sequence[str] = (),
-    ldflags: Sequence[str] = (),
-    facts: Facts | None = None,
-) -> Plan:
-    _, _, tool, ext = _lang(lang)
-    tree = trees.make(sources, ext, cflags, _COMPILED, name)
-    pyflags, suffix, extra, declared = _python_flags(abi3, facts or default_cache().facts)
-    filename = name + suffix
-    include = [f for f in pyflags if f.startswith("-I")]
-    defines = tuple(f for f in pyflags if not f.startswith("-I"))
-    # The include path names this interpreter's install: the ABI stands for it in the key.
-    job = _job(f"module {name}", tree, lang, ("-fPIC", "-O2", *defines, *include), ("-fPIC", "-O2", *defines),
-               ("-shared",), tuple(ldflags), filename, covered=tuple(f[2:] for f in include))
-    flags = ["-shared", "-fPIC", "-O2", *defines, *tree.key_flags, "|", *ldflags]
-    inputs = Inputs.make(tree.key_sources(), flags=flags, tools=_tools(job),
-                         extra={"lang": _key_lang(job), **extra, **dict(job.steer)})
-    recipe = _recipe("cc.module", name, sources, lang=lang, abi3=abi3, cflags=list(cflags), ldflags=list(ldflags))
-    return Plan("cc.module", name, inputs, None, tuple(declared), bases=tree.bases, job=job, recipe=recipe)
-
-
-def build_module(
-    name: str,
-    sources: Sequence[Source] | Source,
-    *,
-    abi3: str | None = None,
-    lang: str = "c",
-    cflags: Sequence[str] = (),
-    ldflags: Sequence[str] = (),
-    cache: Cache | None = None,
-) -> Artifact:
-    """The cached CPython extension module (not imported).
-
-    abi3="3.10" builds against the limited API: one build serves every
-    CPython >= 3.10. Otherwise the module is tied to this interpreter's ABI.
-    """
-    cache = cache or default_cache()
-    plan = module_plan(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags,
-                       facts=cache.facts)
-    return plan.run(cache)
-
-
-def load_module(
-    name: str,
-    sources: Sequence[Source] | Source,
-    *,
-    abi3: str | None = None,
-    lang: str = "c",
-    cflags: Sequence[str] = (),
-    ldflags: Sequence[str] = (),
-    cache: Cache | None = None,
-) -> ModuleType:
-    """Build (once) and import a CPython extension module."""
-    memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache),
-            _here(sources, cflags), _steering())
-    return _load_once(
-        memo,
-        lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
-        lambda art: import_extension(name, art.file()),
-    )
-
-
-#: module name -> the files imported under it in this process, in order
-_imported: dict[str, list[str]] = {}
-
-
-def import_extension(name: str, path: Path) -> ModuleType:
-    """Import the extension module at path. CPython keeps one module per name
-    (a second file with the same PyInit_<name> gets the first module back), so
-    a new build under a name already imported in this process (new code, or a
-    header edit) is imported as `<name>_v<N>.<name>`: the init symbol is found,
-    the module is new, the way cpp_extension's name_v1 is (without a rebuild).
-    The first import under a name is also sys.modules[name]."""
-    import importlib.machinery
-    import importlib.util
-
-    seen = _imported.setdefault(name, [])
-    key = str(path)
-    if key not in seen:
-        seen.append(key)
-    version = seen.index(key)
-    full = name if version == 0 else f"{name}_v{version}.{name}"
-    loader = importlib.machinery.ExtensionFileLoader(full, key)
-    spec = importlib.util.spec_from_file_location(full, path, loader=loader)
-    if spec is None:
-        raise AbicacheError(f"cannot import {path} as module {name!r}")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    sys.modules[full] = module
-    return module

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import os
 
-from ..env.toolid import command, compiler_at
-
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
     from typing import Any, Sequence
 
-__all__ = ["ENVIRONMENT", "HARMLESS", "command", "compiler_at", "compiler_flags", "environment", "fingerprint",
+__all__ = ["ENVIRONMENT", "HARMLESS", "compiler_flags", "environment", "fingerprint",
            "for_cxx", "key_extra", "recorded_env"]
 
 #: documented to steer gcc/g++/clang (preprocessor search lists, libraries, the
@@ -60,6 +58,16 @@ HARMLESS = frozenset({
     "_HERE_", "_THERE_", "_TARGET_SIZE_", "_TARGET_DIR_", "TOP", "CUDAFE_FLAGS_INTERNAL",
 })
 
+def __getattr__(name: str) -> Any:
+    """command and compiler_at (env/toolid.py), resolved at first use: cc.py's in-process memo
+    reads fingerprint() on every call, and a call its hit record serves imports no toolid."""
+    if name in ("command", "compiler_at"):
+        from ..env import toolid
+
+        return getattr(toolid, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def environment() -> tuple[tuple[str, str], ...]:
     """(name, value) of each steering variable that is set: part of the key."""
     return tuple((name, os.environ[name]) for name in ENVIRONMENT if name in os.environ)
@@ -82,6 +90,8 @@ def fingerprint(*variables: str) -> tuple[Any, ...]:
 
 def compiler_flags(words: Sequence[str]) -> tuple[str, ...]:
     """The words after the compiler: flags, for the key."""
+    from ..env.toolid import compiler_at
+
     return tuple(words[compiler_at(words) + 1:])
 
 
@@ -104,6 +114,8 @@ def key_extra(*commands: tuple[str, Sequence[str]], cuda: bool = True) -> dict[s
 
 def for_cxx(cuda: bool = False) -> tuple[tuple[str, str], ...]:
     """key_extra of a C++ job driven by $CXX (the torch and tvm-ffi frontends), as Job.steer holds it."""
+    from ..env.toolid import command
+
     return tuple(sorted(key_extra(("cxx", command("CXX", "c++")), cuda=cuda).items()))
 
 

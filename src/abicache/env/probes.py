@@ -161,7 +161,8 @@ def _compiler_identity(path: Path) -> str:
             target = line.split(":", 1)[1].strip()
         elif " version " in line and not version:
             version = line.strip()
-    return f"{version} target={target}" if version else text.strip().splitlines()[0]
+    lines = text.strip().splitlines()
+    return f"{version} target={target}" if version else lines[0] if lines else f"{path.name}: -v printed nothing"
 
 
 def nvcc_path() -> Path | None:

@@ -145,6 +145,11 @@ def remember_by(stamp: tuple[Any, ...], what: str, value: str, memo_dir: Path | 
     _memo[(what, str(memo_dir))] = (stamp, value)
 
 
+def memo_file(path: Path, what: str, memo_dir: Path | None) -> Path | None:
+    """Where memoized(path, what, ...) keeps its answer under memo_dir (hits/writer.py witnesses it)."""
+    return _memo_file(memo_dir, f"{path}\0{what}")
+
+
 def _memo_file(memo_dir: Path | None, what: str) -> Path | None:
     if memo_dir is None:
         return None

@@ -2,9 +2,11 @@
 
 A bad value used to surface where its one reader ran: a size cap only on a miss (and
 only as a warning), a build mode only on a miss, a verify age on every hit. Now the
-first Cache of a process parses every plain setting (and again when an ABICACHE_*
+first use of a Cache in a process parses every plain setting (and again when an ABICACHE_*
 variable changed): each bad one is named in one ConfigError, with its value, where it
-was set and what is accepted, whether the call would hit or miss. An ABICACHE_*
+was set and what is accepted, whether the call would hit or miss. (A hit its record
+serves (hits/) parses nothing: no record is written under settings that fail here, and
+a record stands only while its environment and config files do.) An ABICACHE_*
 variable that is no setting (`ABICACHE_ROOT`, a natural guess) gets one warning
 naming the closest setting. Settings of upper layers (the remote's URL and keys) are
 checked where they are parsed, when the Cache makes its remote tier.
@@ -67,7 +69,7 @@ def check_once() -> None:
     state = _state()
     if state in _passed:
         return
-    _warn_unknown(name for name in os.environ if name.startswith("ABICACHE_"))
+    _warn_unknown(unknown_variables())
     # none set and no config file: every setting is its default, and each default parses
     # (tests/test_settings_checked.py): a fresh process's first Cache skips sixteen parses
     bad = {} if state.count(None) == len(PARSERS) and config.no_files() else problems()
@@ -111,10 +113,14 @@ def _where(name: str) -> str:
     return "the environment" if source == "environment" else source
 
 
+def unknown_variables() -> list[str]:
+    """The ABICACHE_* variables of the environment that are no setting (each warned of once)."""
+    return [name for name in os.environ if name.startswith("ABICACHE_") and not (
+        name in config.VARIABLES or name in _CHANNELS or name.startswith(_CHANNEL_PREFIXES))]
+
+
 def _warn_unknown(names: Iterable[str]) -> None:
     for name in names:
-        if name in config.VARIABLES or name in _CHANNELS or name.startswith(_CHANNEL_PREFIXES):
-            continue
         import difflib
 
         close = difflib.get_close_matches(name, config.VARIABLES, n=1, cutoff=0.5)

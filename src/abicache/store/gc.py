@@ -116,6 +116,7 @@ def collect_garbage(
         report.strays_removed += _drop_old_layouts(store)
         _drop_stale_index(store, keys)
         report.strays_removed += _drop_stale_listings(store, keys)
+        _drop_old_hit_records(store)
     report.bytes_after = size
     return report
 
@@ -207,6 +208,24 @@ def _drop_leftovers(store: Store, tmp_age: float | None) -> int:
             except FileNotFoundError:
                 continue
     return removed
+
+
+#: a hit record not rewritten for this long is removed (a record of an entry still used is
+#: written again by the next full lookup: one lookup a week)
+HIT_RECORD_AGE = 7 * 86400.0
+
+
+def _drop_old_hit_records(store: Store) -> None:
+    """Hit records (hits/) past HIT_RECORD_AGE, and the temporary files of writers that died
+    (a record is only a shortcut: the full lookup stands behind each)."""
+    now = time.time()
+    for child in children(store.layout.hits):
+        try:
+            age = now - child.lstat().st_mtime
+            if age >= HIT_RECORD_AGE or (child.name.startswith(".") and age >= DEFAULT_TMP_AGE):
+                child.unlink()
+        except OSError:
+            continue
 
 
 def _relink(store: Store, vdir: Path) -> None:

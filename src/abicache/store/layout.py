@@ -97,6 +97,11 @@ class Layout:
         return self.base / "listing"
 
     @property
+    def hits(self) -> Path:
+        """Hit records (src/abicache/hits/record.py names this folder too)."""
+        return self.base / "hits"
+
+    @property
     def tools(self) -> Path:
         return self.base / "tools"
 

@@ -1,0 +1,78 @@
+"""Counting the hits records serve, as store/counters.py counts every other hit: in
+memory, appended to the store's stats log as one line when the process exits.
+
+The common case writes the line itself (one O_APPEND write to a log that is there, is
+a regular file and has room); anything else (no log yet, one to rotate) hands the
+counts to store/counters.py, which imports the store to do it.
+"""
+
+from __future__ import annotations
+
+import os
+from stat import S_ISREG
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+
+#: store root -> [hits, seconds saved]
+_pending: dict[str, list[float]] = {}
+_FLAGS = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+#: store/logs.py MAX_BYTES and store/counters.py LOG (tests/test_hits.py keeps them equal)
+_MAX_BYTES = 1 << 20
+_LOG = "stats"
+
+
+def count(root: str, seconds: float) -> None:
+    held = _pending.get(root)
+    if held is None:
+        if not _pending:
+            import atexit
+
+            atexit.register(flush)
+        held = _pending[root] = [0, 0.0]
+    held[0] += 1
+    held[1] += seconds
+
+
+def flush() -> None:
+    import time
+
+    taken = list(_pending.items())
+    _pending.clear()
+    for root, (hits, seconds) in taken:
+        line = b'{"time": %.3f, "pid": %d, "hits_local": %d, "seconds_saved": %.3f}\n' % (
+            time.time(), os.getpid(), hits, seconds)
+        if not _append(os.path.join(root, "v3", "log", f"{_LOG}.jsonl"), line):
+            _by_counters(root, int(hits), seconds)
+
+
+def _append(path: str, line: bytes) -> bool:
+    try:
+        st = os.lstat(path)
+        if not S_ISREG(st.st_mode) or st.st_size + len(line) > _MAX_BYTES:
+            return False
+        fd = os.open(path, _FLAGS)
+    except OSError:
+        return False
+    try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, line)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _by_counters(root: str, hits: int, seconds: float) -> None:
+    try:
+        from ..settings import config
+        from ..settings.owners import group_setting
+        from ..store import Store, counters
+
+        store = Store(root, group=group_setting(config.text("ABICACHE_SHARED")))
+        counters.count(store, hits_local=hits, seconds_saved=seconds)
+        counters.flush(store)
+    except Exception:  # noqa: BLE001  statistics only inform: never a reason for an exit to fail
+        pass

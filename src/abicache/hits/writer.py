@@ -1,0 +1,338 @@
+"""Writing a hit record after a full lookup found or made what a call asked for.
+
+The record witnesses what that lookup consulted, step by step (ARCHITECTURE.md, the hit
+path); naming.py's name holds the rest. What a record cannot witness is never written:
+a Cache given settings or changed since (its verify age, its pins, its facts), an entry
+of another origin or kind, a requirement on a fact the name does not hold, several
+variants of the key (their ranking asks the devices), a tool other than the C and C++
+compilers, ABICACHE_CHECK sampling hits, an ABICACHE_* variable that is no setting (each
+process warns of it), a config file behind a link. A witness younger than a clock tick
+can tell apart (store/stamps.py) is not trusted: the record is written when the process
+exits, once every witness has settled, or by the next full lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from . import naming, record
+from ..env import toolid
+from ..settings import checked, config, settings_file
+from ..store import deps as depcheck, stamps
+from ..store.manifest import LISTING
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
+    from ..core.artifact import Artifact
+    from ..core.cache import Cache
+
+#: facts naming.name holds: a requirement on any other is judged by a full lookup
+COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.abi", "python.abi3",
+                           "platform.system", "platform.machine", "platform.libc", "platform.glibc"})
+#: the tools a record can witness (their command from PATH, their identity's memo)
+TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
+KINDS = frozenset({"cc.library", "cc.module"})
+
+Witnesses = list[tuple[str, str, tuple[int, int, int, int]]]
+_later: dict[str, tuple[Any, ...]] = {}
+#: record name -> the entry this process recorded under it: once a process, not every call
+_noted: dict[str, str] = {}
+
+
+def before(cache: Cache, call: bytes, root: str, tools: Sequence[str]) -> Witnesses | None:
+    """What the lookup about to run reads of the config files and the compilers (PATH, their
+    identities' memos): note() takes them again after it, and records only where both agree
+    (nothing changed while it looked). None where no record will be written."""
+    name = naming.name(call, root)
+    if name is None or name in _noted or set(tools) - set(TOOLS):
+        return None
+    out: Witnesses = []
+    try:
+        why = _settings(cache.store, out) or _compilers(cache, tools, out)
+    except OSError:
+        return None
+    return None if why is not None else out
+
+
+def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[str],
+         bases: dict[str, str], checking: bool, seen: Witnesses | None) -> str | None:
+    """Write the record of this call after its lookup (None), or say why not; where only a
+    witness too young to trust stands in the way (a build's), try again when the process
+    exits. seen: before()'s witnesses."""
+    name = naming.name(call, root)  # the environment, the working directory: as the next process names it
+    if name is None or seen is None:
+        return "not recorded"
+    if _noted.get(name) == os.fspath(art.path):
+        return "recorded"
+    why = refusal(cache, art, tools, checking)
+    if why is not None:
+        return why
+    why = _write(cache, name, call, root, art, tools, bases, seen)
+    if why is None:
+        _noted[name] = os.fspath(art.path)
+    elif why == "unsettled":
+        if not _later:
+            import atexit
+
+            atexit.register(_at_exit)
+        _later[name] = (cache, name, call, root, art, tools, bases, seen)
+    return why
+
+
+def _at_exit() -> None:
+    """The records whose witnesses were too young when their lookup ended (a build's): wait
+    out what is left of a clock tick, check the entry as the next lookup would (which
+    stamps it: store/stamps.py), and record it, once."""
+    pending = list(_later.values())
+    _later.clear()
+    if pending:
+        time.sleep(stamps.FINE_SECONDS * 2)
+    for cache, name, call, root, art, tools, bases, seen in pending:
+        try:
+            store = cache.store
+            if store.check(art.path, art.manifest, max_age=cache.verify_age) is not None or (
+                    art.manifest.recorded and store.deps_changed(art.path, art.manifest, bases) is not None):
+                continue
+            _write(cache, name, call, root, art, tools, bases, seen)
+        except Exception:  # noqa: BLE001  a record only saves time: never a reason for an exit to fail
+            pass
+
+
+def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -> str | None:
+    """Why no record may stand for this lookup (module docstring), or None."""
+    if not cache.as_opened() or cache.key_pins or cache._fallback_of is not None or cache.facts._fixed:
+        return "a Cache with settings of its own"
+    if checking:
+        return "ABICACHE_CHECK samples hits"
+    if art.origin not in ("local", "built") or art.kind not in KINDS:
+        return f"an entry of origin {art.origin}, kind {art.kind}"
+    if not set(tools) <= set(TOOLS):
+        return f"tools {sorted(set(tools) - set(TOOLS))}"
+    facts = {r.name for r in art.requirements}
+    if not facts <= COVERED_FACTS:
+        return f"requirements on {sorted(facts - COVERED_FACTS)}"
+    if cache.verify_age != config.seconds("ABICACHE_VERIFY_AGE") or \
+            cache.touch_interval != config.seconds("ABICACHE_TOUCH_INTERVAL"):
+        return "a Cache whose ages were changed"
+    if checked.unknown_variables():
+        return "an ABICACHE_* variable that is no setting"
+    return None
+
+
+def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools: Sequence[str],
+           bases: dict[str, str], seen: Witnesses) -> str | None:
+    """Every witness is taken now and each must stand where the lookup's verdict stood: the
+    store's folders pass the trust check, the entry's files are those its stamp vouches for,
+    the build's witnesses those its stamp found current (deps_changed), the config files and
+    compilers as before() saw them. So no change between the lookup and now is recorded as
+    what the lookup found."""
+    store = cache.store
+    real = os.path.realpath(root)
+    if naming.name(call, root) != name or real != os.fspath(store.root):
+        return "another environment or store"
+    now = time.time_ns()  # before any stat: every witness must be older than a tick before it
+    witnesses: Witnesses = []
+    vdir = os.fspath(art.path)
+    try:
+        names = os.listdir(vdir)  # the entry's names, each file among them witnessed
+        stamp = stamps.read(art.path, store.trust.ok, sorted(f.path for f in art.manifest.files), names)
+        why = _store(store, art, names, stamp, witnesses)
+        if why is None:
+            looked: Witnesses = []
+            why = _settings(store, looked) or _compilers(cache, tools, looked)
+            if why is None and looked != seen:
+                why = "a config file or a compiler changed while it was looked up"
+            witnesses += looked
+        why = why or _code(witnesses)
+        build = len(witnesses)
+        why = why or _build(art, bases, stamps.read_deps(art.path, store.trust.ok), witnesses)
+    except OSError as exc:  # something moved while it was recorded: the next lookup records it
+        return f"changed while recorded: {exc}"
+    if why is not None:
+        return why
+    if not all(kind in "tam" or (stamps.settled(w[2], now) and stamps.settled(w[3], now))
+               for kind, _, w in witnesses):
+        return "unsettled"
+    deadline = stamp.verified + cache.verify_age
+    if deadline <= time.time() + 1:
+        return "due"
+    data = record.encode(deadline, real, os.fspath(art.file()), vdir, names, cache.touch_interval,
+                         art.manifest.build_seconds or 0.0, build, witnesses)
+    _put(store, record.folder(real), name, data)
+    return None
+
+
+def _store(store: Any, art: Artifact, names: Sequence[str], stamp: Any, out: Witnesses) -> str | None:
+    """The root, the folders above it, the layout's folders down to the entry (each passing
+    the trust check now: store/trust.py), the key's variants (its link, else its prefix
+    folder's listing), the entry's folder and files (each one its stamp vouches for)."""
+    real = os.fspath(store.root)
+    above, folder = [], os.path.dirname(real)
+    while True:
+        above.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in reversed(above):
+        st = os.lstat(path)
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+            return f"{path} may be written by anyone"
+        out.append(("t", path, _trust(st)))
+    vdir = os.fspath(art.path)
+    prefix = os.path.dirname(vdir)
+    for path in (real, os.path.join(real, record.LAYOUT), os.fspath(store.layout.entries), os.path.dirname(prefix),
+                 prefix, vdir):
+        st = os.lstat(path)
+        if not (store.trust.ok(st) and stat.S_ISDIR(st.st_mode)):
+            return f"{path} is not a folder the store trusts"
+        out.append(("t", path, _trust(st)))  # the entry's own: its names are the record's, its mtime the last use
+    hinted = store.hinted_variant_dirs(art.kind, art.key)
+    link = os.fspath(store.layout.variants_link(art.kind, art.key))
+    if hinted is not None and [os.fspath(v) for v in hinted] == [vdir]:
+        out.append(("l", link, _stat(os.lstat(link))))
+    elif hinted is None and [os.fspath(v) for v in store.variant_dirs(art.kind, art.key)] == [vdir]:
+        out += [("l", prefix, _stat(os.lstat(prefix))), ("a", link, (0, 0, 0, 0))]
+    else:
+        return "several variants of the key"
+    files = {f.path for f in art.manifest.files}
+    for entry in sorted(names):
+        if entry.startswith((".abicache-m.", stamps.NAME_PREFIX)):
+            continue  # names that are their content: the listing's
+        path = os.path.join(vdir, entry)
+        st = os.lstat(path)
+        if entry in files and not (stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222 and store.trust.ok(st)
+                                   and stamp.vouches_for(entry, st)):
+            return "unsettled"  # a file its stamp does not vouch for (yet): the next lookup hashes it
+        out.append(("l", path, _stat(st)))
+    return None
+
+
+def _settings(store: Any, out: Witnesses) -> str | None:
+    """The config files (settings/settings_file.py), there or not."""
+    for path in (os.fspath(settings_file.user_file()), os.fspath(settings_file.store_file(store.root))):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            out.append(("a", path, (0, 0, 0, 0)))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            return f"config file {path} is not a regular file"
+        out.append(("l", path, _stat(st)))
+    return None
+
+
+def _compilers(cache: Cache, tools: Sequence[str], out: Witnesses) -> str | None:
+    """Each compiler of the key as PATH finds it (every place looked at before it too), and
+    the memo of its identity (env/toolid.py)."""
+    memo_dir = store_tools = cache.facts.memo_dir
+    if store_tools is not None:
+        out.append(("t", os.fspath(store_tools), _trust(os.lstat(store_tools))))
+    for tool in tools:
+        words = toolid.command(*TOOLS[tool])
+        word = words[toolid.compiler_at(words)]
+        found = toolid.which(word)
+        if found is None:
+            return f"no {word} on PATH"
+        if os.sep not in word:
+            for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+                candidate = os.path.join(folder or ".", word)
+                if candidate == os.fspath(found):
+                    break
+                try:
+                    out.append(("s", candidate, _stat(os.stat(candidate))))
+                except FileNotFoundError:
+                    try:
+                        os.lstat(candidate)
+                        return f"{candidate} is a link to nothing"
+                    except FileNotFoundError:
+                        out.append(("a", candidate, (0, 0, 0, 0)))
+        out.append(("s", os.fspath(found), _stat(os.stat(found))))
+        memo = toolid.memo_file(found, "compiler -v", memo_dir)
+        if memo is not None:
+            try:
+                out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
+            except FileNotFoundError:
+                return f"no memo of {found}'s identity"
+    return None
+
+
+def _code(out: Witnesses) -> str | None:
+    """abicache's own modules, which made the lookup: a checkout edited, or a release installed
+    over another of the same version, is the full lookup again."""
+    import sys
+
+    for name, module in sorted(sys.modules.items()):
+        if name == "abicache" or name.startswith("abicache."):
+            path = getattr(module, "__file__", None)
+            if path is None:
+                return f"module {name} has no file"
+            out.append(("s", path, _stat(os.stat(path))))
+    return None
+
+
+def _build(art: Artifact, bases: dict[str, str], remembered: dict[str, list[int]], out: Witnesses) -> str | None:
+    """What the build recorded: the files it read, the folders it listed, the folders of the
+    paths it looked for and did not find, the system files (store/deps.py); each at the
+    witness the entry's stamp remembers it found current at (remembered)."""
+    manifest = art.manifest
+    found: Witnesses = []
+    for dep in manifest.deps:
+        path = depcheck.resolve(dep, bases)
+        if path is None:
+            return f"no base {dep.base!r}"
+        found.append(("d" if dep.sha256.startswith(LISTING) else "s", path, _stat(os.stat(path))))
+    for group in manifest.absent:
+        path = depcheck.resolve(depcheck.Dependency(group.base, group.folder, ""), bases)
+        if path is None:
+            return f"no base {group.base!r}"
+        held = _stat(os.stat(path))
+        if remembered.get(path) != [*held]:
+            return "unsettled"  # its names were not found missing at this witness (yet)
+        if group.base == "abs":  # a system or PATH folder: its names change rarely, one stat for all
+            found.append(("d", path, held))
+            continue
+        # a project's folder (the working directory): each name, as store/deps.py _appeared looks
+        found += [("m", os.path.join(path, head), (0, 0, 0, 0))
+                  for head in sorted({name.partition("/")[0] for name in group.paths()})]
+    for group in manifest.system:
+        found.append(("d", group.folder, _stat(os.stat(group.folder))))
+        found += [("s", path, _stat(os.stat(path))) for path in group.paths()]
+    if not all(kind == "m" or remembered.get(path) == [*w] for kind, path, w in found):
+        return "unsettled"  # a witness the stamp does not hold as current: the next lookup checks it
+    out += found
+    return None
+
+
+def _stat(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _trust(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+
+
+def _put(store: Any, folder: str, name: str, data: bytes) -> None:
+    """One rename: a reader sees the old record or the new one. A record that is already
+    there as it would be written is left as it is (a hit writes nothing it need not)."""
+    from pathlib import Path
+
+    target = os.path.join(folder, name)
+    if record.read(target) == data:
+        return
+    try:
+        if not os.path.isdir(folder):
+            store.make_dir(Path(folder))
+        temp = os.path.join(folder, f".{name}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except OSError:
+        pass  # a record only saves time: a store we cannot write serves hits the full way

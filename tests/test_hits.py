@@ -1,0 +1,322 @@
+"""Hit records (src/abicache/hits/): a call's next process loads the file its record names,
+and only while everything the full lookup consulted stands as it did; anything that moved
+sends it the full way, which answers as it always did and records again."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.hits import naming, record, tally, writer
+from conftest import need, run_py
+
+SRC = 'extern "C" int answer() { return 7; }'
+HEADER_SRC = '#include "answer.h"\nextern "C" int answer() { return ANSWER; }'
+
+
+def _load(root: Path, sources: object = (SRC,), **kw: object) -> tuple[bool, object]:
+    """(whether a record served it, the library) for a call made as a new process makes it:
+    nothing in this process's memo, a Cache not used yet."""
+    cc._loaded.clear()
+    lib = cc.load_library("answer", list(sources), cache=Cache(root), **kw)  # type: ignore[arg-type]
+    held = next(v for k, v in cc._loaded.items() if k[1] == "answer")[0]
+    return type(held).__name__ == "Served", lib
+
+
+def _recorded(root: Path, sources: object = (SRC,), **kw: object) -> None:
+    """Hits until the record is written: a build's witnesses settle a tick after it."""
+    for _ in range(50):
+        time.sleep(0.03)
+        served, _ = _load(root, sources, **kw)
+        if served:
+            return
+    raise AssertionError("no hit record was written")
+
+
+def _built(root: Path) -> Path:
+    """A library in the store and its record. In the test itself, not a fixture: pytest sets
+    PYTEST_CURRENT_TEST anew for each phase, and the environment is part of a record's name."""
+    need("c++")
+    cc.build_library("answer", [SRC], cache=Cache(root))
+    _recorded(root)
+    return root
+
+
+def test_the_layout_names_match_the_store() -> None:
+    from abicache.store import counters, layout, logs
+
+    assert record.LAYOUT == layout.LAYOUT_VERSION
+    assert (tally._LOG, tally._MAX_BYTES) == (counters.LOG, logs.MAX_BYTES)
+
+
+def test_a_record_serves_the_next_call_and_the_library_is_the_stores(root: Path) -> None:
+    built = _built(root)
+    served, lib = _load(built)
+    assert served and lib.answer() == 7  # type: ignore[attr-defined]
+    assert lib._name.startswith(os.path.realpath(built))  # type: ignore[attr-defined]
+
+
+def test_a_fresh_process_served_imports_none_of_the_store_and_is_counted(root: Path) -> None:
+    """Each process here is made the same way (the environment is part of a record's name):
+    the first looks the entry up and records it, the next is served."""
+    need("c++")
+    code = ("import sys, json\n"
+            "before = set(sys.modules)\n"
+            "from abicache import Cache, cc\n"
+            f"lib = cc.load_library('answer', [{SRC!r}], cache=Cache({str(root)!r}))\n"
+            "print(json.dumps([lib.answer(), sorted(m for m in ('pathlib', 're', 'json', 'typing', 'enum',"
+            " 'abicache.core.getting', 'abicache.store.local') if m in sys.modules and m not in before)]))")
+    outs = []
+    for _ in range(6):
+        out = run_py(code)
+        assert out.returncode == 0, out.stderr
+        outs.append(json.loads(out.stdout))
+        if outs[-1] == [7, []]:
+            break
+    assert outs[0][1] != [] and outs[-1] == [7, []], outs  # the first looked it up; a later one was served
+    counted = [json.loads(line) for line in (root / "v3" / "log" / "stats.jsonl").read_text().splitlines()]
+    assert sum(line.get("hits_local", 0) for line in counted) == len(outs) - 1  # the first built it
+
+
+@pytest.mark.parametrize("change", ["chmod the library", "rewrite the library", "an environment variable",
+                                    "the working directory", "a config file", "a compiler earlier on PATH",
+                                    "the store's folder others may write", "the record group-writable",
+                                    "the record of another"])
+def test_what_moved_sends_the_call_the_full_way(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               change: str) -> None:
+    built = _built(root)
+    lib_file = next((built / "v3" / "entries" / "cc.library").glob("*/*.*/libanswer.so"))
+    records = list(Path(record.folder(os.path.realpath(built))).iterdir())
+    if change == "chmod the library":
+        os.chmod(lib_file, 0o555)  # its ctime moves: the full check hashes it again
+    elif change == "rewrite the library":  # a byte written over itself (not truncated: this process maps it)
+        os.chmod(lib_file, 0o755)
+        with open(lib_file, "r+b") as f:
+            first = f.read(1)
+            f.seek(0)
+            f.write(first)
+        os.chmod(lib_file, 0o555)
+    elif change == "an environment variable":
+        monkeypatch.setenv("CPATH", str(tmp_path))
+    elif change == "the working directory":
+        monkeypatch.chdir(tmp_path)
+    elif change == "a config file":
+        folder = tmp_path / "config-home" / "abicache"
+        folder.mkdir(parents=True)
+        (folder / "config.toml").write_text('verify_age = "1d"\n')
+    elif change == "a compiler earlier on PATH":
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        os.symlink(need("c++"), bin_dir / "c++")
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        served, _ = _load(built)  # another PATH is another record: none yet
+        assert not served
+        _recorded(built)
+        (bin_dir / "c++").unlink()  # the one PATH finds is another file now (the same compiler behind it)
+        (bin_dir / "c++").write_text(f'#!/bin/sh\nexec {need("c++")} "$@"\n')
+        os.chmod(bin_dir / "c++", 0o755)
+    elif change == "the store's folder others may write":
+        os.chmod(built, 0o777)
+        from abicache.errors import UntrustedRootError
+        from abicache.store import local
+
+        local._ENSURED.clear()  # a process checks a root once: as a new process would
+        with pytest.raises(UntrustedRootError):
+            _load(built)
+        return
+    elif change == "the record group-writable":
+        for r in records:
+            os.chmod(r, 0o660)
+    elif change == "the record of another":
+        for r in records:  # a record this user did not write names a file this user never checked
+            os.chown(r, 65534, 65534) if os.geteuid() == 0 else pytest.skip("needs root to give a file away")
+    served, lib = _load(built)
+    assert not served
+    assert lib.answer() == 7  # type: ignore[attr-defined]
+
+
+def test_a_header_edit_is_a_rebuild_not_a_record(root: Path, tmp_path: Path) -> None:
+    need("c++")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "answer.h").write_text("#define ANSWER 7\n")
+    (project / "answer.cpp").write_text(HEADER_SRC)
+    sources = [project / "answer.cpp"]
+    cc.build_library("answer", sources, cache=Cache(root))
+    _recorded(root, sources)
+    (project / "answer.h").write_text("#define ANSWER 8\n")
+    served, lib = _load(root, sources)
+    assert not served and lib.answer() == 8  # type: ignore[attr-defined]
+
+
+def test_a_header_that_appears_in_front_is_a_rebuild(root: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path the build looked for and did not find (the working directory comes first in
+    the quoted include search here): once it is there, the record stands for nothing."""
+    need("c++")
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "answer.h").write_text("#define ANSWER 7\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    flags = ["-I.", f"-I{inc}"]
+    cc.build_library("answer", [HEADER_SRC], cache=Cache(root), cflags=flags)
+    _recorded(root, [HEADER_SRC], cflags=flags)
+    (work / "answer.h").write_text("#define ANSWER 9\n")
+    served, lib = _load(root, [HEADER_SRC], cflags=flags)
+    assert not served and lib.answer() == 9  # type: ignore[attr-defined]
+
+
+def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need("c++")
+    monkeypatch.setenv("ABICACHE_VERIFY_AGE", "3")
+    cc.build_library("answer", [SRC], cache=Cache(root))
+    _recorded(root)
+    time.sleep(3.2)
+    served, lib = _load(root)
+    assert not served and lib.answer() == 7  # type: ignore[attr-defined]
+
+
+def test_a_served_hit_touches_its_entry_as_a_lookup_would(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need("c++")
+    monkeypatch.setenv("ABICACHE_TOUCH_INTERVAL", "1")
+    cc.build_library("answer", [SRC], cache=Cache(root))
+    _recorded(root)
+    entry = next((root / "v3" / "entries" / "cc.library").glob("*/*.*"))
+    time.sleep(1.1)
+    before = entry.stat().st_mtime
+    served, _ = _load(root)
+    assert served and entry.stat().st_mtime > before
+    served, _ = _load(root)
+    assert served  # the touch left the record standing
+
+
+@pytest.mark.parametrize("case", ["settings given", "ABICACHE_CHECK", "an unknown ABICACHE_ variable"])
+def test_no_record_is_written_for_what_a_record_cannot_witness(root: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 case: str) -> None:
+    need("c++")
+    make = lambda: Cache(root)  # noqa: E731
+    if case == "settings given":
+        make = lambda: Cache(root, verify_age=100)  # noqa: E731
+    elif case == "ABICACHE_CHECK":
+        monkeypatch.setenv("ABICACHE_CHECK", "0")
+        monkeypatch.setattr("abicache.frontends.cc_plans.checking", lambda: True)
+    else:
+        monkeypatch.setenv("ABICACHE_ROOOT", "x")
+    cc.build_library("answer", [SRC], cache=make())
+    time.sleep(0.1)
+    cc._loaded.clear()
+    writer._noted.clear()
+    cc.load_library("answer", [SRC], cache=make())
+    folder = Path(record.folder(os.path.realpath(root)))
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_record_of_the_default_store_needs_a_config_file_without_dir(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABICACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert naming.default_root() == str(tmp_path / "cache" / "abicache")
+    config = tmp_path / "config-home" / "abicache" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('max_size = "10G"\n')
+    assert naming.default_root() == str(tmp_path / "cache" / "abicache")
+    config.write_text(f'dir = "{tmp_path}/elsewhere"\n')
+    assert naming.default_root() is None
+    config.write_text('"\\u0064ir" = "/elsewhere"\n')
+    assert naming.default_root() is None
+
+
+def test_the_name_holds_the_call_the_store_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = naming.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O3"], ldflags=())
+    assert call is not None
+    first = naming.name(call, "/s")
+    assert naming.name(call, "/s") == first
+    assert naming.name(call, "/t") != first
+    assert naming.name(naming.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O2"], ldflags=()), "/s") != first
+    monkeypatch.setenv("ABICACHE_TEST_ANYTHING", "1")
+    assert naming.name(call, "/s") != first
+    assert naming.call_of("cc.library", "x", [object()]) is None  # not a source a record can name
+
+
+def test_a_damaged_record_serves_nothing(root: Path) -> None:
+    built = _built(root)
+    for r in Path(record.folder(os.path.realpath(built))).iterdir():
+        data = r.read_bytes()
+        os.chmod(r, 0o600)
+        r.write_bytes(data[: len(data) // 2])
+    served, lib = _load(built)
+    assert not served and lib.answer() == 7  # type: ignore[attr-defined]
+
+
+def test_gc_removes_records_it_has_no_use_for(root: Path) -> None:
+    built = _built(root)
+    from abicache.store import gc
+
+    folder = Path(record.folder(os.path.realpath(built)))
+    old = folder / ("0" * 64)
+    old.write_bytes(b"abicache-hit 1 0 0\n")
+    os.utime(old, (time.time() - 30 * 86400,) * 2)
+    gc.collect_garbage(Cache(built).store)
+    assert not old.exists()
+    assert any(folder.iterdir())  # a record in use stays
+
+
+def test_a_record_is_private_to_its_writer(root: Path) -> None:
+    built = _built(root)
+    for r in Path(record.folder(os.path.realpath(built))).iterdir():
+        assert stat.S_IMODE(r.stat().st_mode) == 0o600
+    assert sys.platform != "linux" or os.stat(record.folder(os.path.realpath(built))).st_uid == os.geteuid()
+
+
+def test_an_edit_between_the_lookup_and_its_record_is_not_recorded(root: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record is written after its lookup: a header edited in between must not be taken
+    for the header the lookup found current (the stamp's witnesses vouch for what is recorded)."""
+    need("c++")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "answer.h").write_text("#define ANSWER 7\n")
+    (project / "answer.cpp").write_text(HEADER_SRC)
+    sources = [project / "answer.cpp"]
+    cc.build_library("answer", sources, cache=Cache(root))
+    time.sleep(0.1)
+    real_write = writer._write
+
+    def edit_then_write(*args: object) -> object:
+        (project / "answer.h").write_text("#define ANSWER 8\n")
+        time.sleep(0.05)  # settled: only the stamp's verdict tells it from what the lookup saw
+        return real_write(*args)
+
+    monkeypatch.setattr(writer, "_write", edit_then_write)
+    served, lib = _load(root, sources)
+    assert not served and lib.answer() == 7  # type: ignore[attr-defined]  # what that lookup found
+    monkeypatch.setattr(writer, "_write", real_write)
+    served, lib = _load(root, sources)
+    assert not served and lib.answer() == 8  # type: ignore[attr-defined]
+
+
+def test_a_cache_used_for_several_libraries_records_each_and_one_changed_records_none(root: Path) -> None:
+    """One Cache for two libraries: the first call opens it, and the second is recorded too
+    (written as the process exits, once its build's witnesses settled and its stamp vouches);
+    a Cache with a setting changed by hand is served by no record."""
+    need("c++")
+    code = ("import json, sys\n"
+            "from abicache import Cache, cc\n"
+            f"cache = Cache({str(root)!r})\n"
+            "CHANGE\n"
+            f"libs = [cc.load_library(n, [f'extern \"C\" int answer() {{{{ return {{v}}; }}}}'], cache=cache)"
+            " for n, v in (('answer', 7), ('other', 6))]\n"
+            "print(json.dumps([type(held[0]).__name__ for held in cc._loaded.values()]))")
+    runs = [json.loads(run_py(code.replace("CHANGE", "")).stdout) for _ in range(3)]
+    assert runs[0] == ["Artifact", "Artifact"] and runs[-1] == ["Served", "Served"], runs
+    changed = run_py(code.replace("CHANGE", "cache.touch_interval = 0"))
+    assert json.loads(changed.stdout) == ["Artifact", "Artifact"], changed.stderr
