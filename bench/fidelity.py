@@ -40,6 +40,16 @@ ABICACHE = textwrap.dedent("""
     print(json.dumps({"value": ctypes.CDLL(str(art.file())).f(), "origin": art.origin}))
 """)
 LOAD = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).f())"
+# The same call through cc.load_library in a fresh process: after the first lookup each such
+# process is served by its hit record (src/abicache/hits/), which must see every change too.
+ABICACHE_LOAD = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from abicache import cc
+    spec = json.loads(sys.argv[1])
+    lib = cc.load_library("x", [Path(s) for s in spec["sources"]], cflags=spec["cflags"], ldflags=spec["ldflags"])
+    print(json.dumps({"value": lib.f(), "served": type(next(iter(cc._loaded.values()))[0]).__name__ == "Served"}))
+""")
 
 
 class Case(NamedTuple):
@@ -300,14 +310,36 @@ def _placed(proj: Path, words: dict[str, str] | list[str]) -> Any:
     return [w.format(**fill) for w in words]
 
 
-def _abicache(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
+def _abicache(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str],
+              script: str = ABICACHE) -> dict[str, Any]:
     full = {**base_env(), "ABICACHE_DIR": str(store), "ABICACHE_PROGRESS": "0", **_placed(proj, env)}
     spec = json.dumps({"sources": sources, "cflags": _placed(proj, case.cflags), "ldflags": case.ldflags})
-    out = subprocess.run([sys.executable, "-c", ABICACHE, spec], cwd=proj, env=full, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", script, spec], cwd=proj, env=full, capture_output=True,
                          text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
-    return int(json.loads(out.stdout.strip().splitlines()[-1])["value"])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_served: dict[str, bool] = {}  # case -> whether its record served a process before the change
+
+
+def _abicache_load(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
+    """Before the change: processes until one is served by its record (the first looks the entry
+    up and records it); after it: one process, which the record must not serve stale."""
+    got = _abicache(proj, store, sources, case, env, ABICACHE_LOAD)
+    changed = _changed.get(case.name, False)
+    for _ in range(4):
+        if got["served"] or changed:
+            break
+        time.sleep(0.05)
+        got = _abicache(proj, store, sources, case, env, ABICACHE_LOAD)
+    if not changed:
+        _served[case.name] = _served.get(case.name, False) or got["served"]
+    return int(got["value"])
+
+
+_changed: dict[str, bool] = {}  # case -> whether its change was made (run_case)
 
 
 def _ccache(proj: Path, ccache_dir: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
@@ -326,17 +358,22 @@ def _ccache(proj: Path, ccache_dir: Path, sources: list[str], case: Case, env: d
     return int(out.stdout.strip())
 
 
+TOOLS = ("abicache", "abicache, hit records", "ccache")
+
+
 def run_case(work: Path, case: Case) -> dict[str, str]:
     row = {}
-    for tool in ("abicache", "ccache"):
+    for tool in TOOLS:
         if tool == "ccache" and (case.links_only or not shutil.which("ccache")):
             row[tool] = "n/a"
             continue
-        proj = work / f"{tool}-{abs(hash(case.name))}"
+        proj = work / f"{tool.replace(', ', '-').replace(' ', '-')}-{abs(hash(case.name))}"
         sources = _project(proj, case)
         if case.setup is not None:
             case.setup(proj)
-        build = _abicache if tool == "abicache" else _ccache
+        build = {"abicache": lambda *a: int(_abicache(*a)["value"]), "ccache": _ccache,
+                 "abicache, hit records": _abicache_load}[tool]
+        _changed[case.name] = False
         cache_dir = work / f"{tool}-store-{abs(hash(case.name))}"
         build(proj, cache_dir, sources, case, case.env)
         if case.first is not None:  # a change that alters nothing yet, then a lookup
@@ -345,8 +382,11 @@ def run_case(work: Path, case: Case) -> dict[str, str]:
             build(proj, cache_dir, sources, case, case.env)
         time.sleep(0.05)
         after_env = case.change(proj)
+        _changed[case.name] = True
         got = build(proj, cache_dir, sources, case, after_env)
         row[tool] = "ok" if got == case.fresh else "STALE"
+        if tool == "abicache, hit records" and not _served.get(case.name):
+            row[tool] += " (never served)"  # the record was not written: this row tests the full lookup
     return row
 
 
@@ -362,17 +402,19 @@ def main() -> int:
         for folder in [work, *_MADE]:
             shutil.rmtree(folder, ignore_errors=True)
     table = Table(title="Fidelity: the answer after a change a fresh build sees (fresh processes)")
-    for column in ("case", "abicache", "ccache (direct mode) + plain link"):
+    for column in ("case", "abicache", "abicache: load_library, hit records", "ccache (direct mode) + plain link"):
         table.add_column(column)
     for name, row in rows.items():
-        table.add_row(name, row["abicache"], row["ccache"])
-    stale = {tool: sum(r[tool] == "STALE" for r in rows.values()) for tool in ("abicache", "ccache")}
-    table.add_row("stale builds served", str(stale["abicache"]), str(stale["ccache"]))
+        table.add_row(name, *(row[tool] for tool in TOOLS))
+    stale = {tool: sum(r[tool].startswith("STALE") for r in rows.values()) for tool in TOOLS}
+    table.add_row("stale builds served", *(str(stale[tool]) for tool in TOOLS))
+    never = sum("never served" in r["abicache, hit records"] for r in rows.values())
+    table.add_row("records that never served before the change", "", str(never), "")
     Console(width=140).print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fidelity.json").write_text(json.dumps({"cases": rows, "stale": stale,
                                                        "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
-    return 1 if stale["abicache"] else 0
+    return 1 if stale["abicache"] or stale["abicache, hit records"] else 0
 
 
 if __name__ == "__main__":

@@ -320,3 +320,25 @@ def test_a_cache_used_for_several_libraries_records_each_and_one_changed_records
     assert runs[0] == ["Artifact", "Artifact"] and runs[-1] == ["Served", "Served"], runs
     changed = run_py(code.replace("CHANGE", "cache.touch_interval = 0"))
     assert json.loads(changed.stdout) == ["Artifact", "Artifact"], changed.stderr
+
+
+def test_a_cpp_library_is_served_only_with_the_cpp_runtime_it_was_judged_with(root: Path, tmp_path: Path) -> None:
+    """A C++ library's requirements name libstdc++'s versions: its record witnesses the
+    runtime the process loads. A process that loaded another copy first is judged in full."""
+    need("c++")
+    from abicache.native.loaded import libstdcxx_path
+
+    system = libstdcxx_path()
+    if system is None:
+        pytest.skip("no libstdc++ in this process")
+    src = '#include <string>\nextern "C" int answer() { return (int)std::to_string(7).size() + 6; }'
+    code = ("import ctypes, json, sys\nPRELOAD\n"
+            "from abicache import Cache, cc\n"
+            f"lib = cc.load_library('cxx', [{src!r}], cache=Cache({str(root)!r}))\n"
+            "print(json.dumps([lib.answer(), type(next(iter(cc._loaded.values()))[0]).__name__]))")
+    runs = [json.loads(run_py(code.replace("PRELOAD", "")).stdout) for _ in range(3)]
+    assert runs[-1] == [7, "Served"], runs
+    copy = tmp_path / "libstdc++.so.6"
+    copy.write_bytes(Path(system).read_bytes())
+    other = run_py(code.replace("PRELOAD", f"ctypes.CDLL({str(copy)!r}, mode=ctypes.RTLD_GLOBAL)"))
+    assert json.loads(other.stdout) == [7, "Artifact"], other.stderr

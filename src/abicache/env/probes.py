@@ -89,39 +89,10 @@ def libstdcxx(memo_dir: Path | None) -> dict[str, str | None]:
 
 
 def _libstdcxx_path() -> Path | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
+    from ..native.loaded import libstdcxx_path
 
-    try:
-        handle = ctypes.CDLL("libstdc++.so.6")._handle
-    except OSError:
-        return None
-    loaded = _loaded_path(handle)
-    if loaded is not None:
-        return Path(loaded)
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        for line in maps:
-            path = line.rstrip("\n").split(None, 5)[-1]
-            if "/libstdc++.so" in path:
-                return Path(path)
-    return None
-
-
-def _loaded_path(handle: int) -> str | None:
-    """The file a dlopen handle loaded, from dlinfo's link map (<link.h>:
-    l_addr, then l_name); a third of the time of reading /proc/self/maps."""
-    import ctypes
-
-    try:
-        dlinfo = ctypes.CDLL(None).dlinfo
-    except AttributeError:  # glibc before 2.34 keeps it in libdl
-        return None
-    link_map = ctypes.c_void_p()
-    if dlinfo(ctypes.c_void_p(handle), 2, ctypes.byref(link_map)) != 0 or not link_map.value:  # RTLD_DI_LINKMAP
-        return None
-    name = ctypes.c_char_p.from_address(link_map.value + ctypes.sizeof(ctypes.c_void_p)).value
-    return os.fsdecode(name) if name and name.startswith(b"/") else None
+    path = libstdcxx_path()
+    return None if path is None else Path(path)
 
 
 def _symbol_version_floors(path: Path) -> str:

@@ -21,6 +21,8 @@ A witness is a path and what to compare (os.stat's fields):
     a  lstat fails: nothing there, not even a link
     m  the same, for a path the build looked for and did not find (its folder is watched
        for names later in the process, as store/deps.py's missing paths are)
+    c  the C++ runtime this process loads is this file (native/loaded.py), as stat'ed:
+       what platform.glibcxx and platform.cxxabi were read from
 
 The entry's folder is witnessed by its owner and mode (t) and its names: a use touches
 its mtime (the last use gc evicts by), which a served hit does as a full lookup would,
@@ -53,7 +55,7 @@ FOLDER = "hits"
 MAX_BYTES = 8 << 20
 _WITNESS = Struct("<4q")
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-_KINDS = frozenset(b"lsdtam")
+_KINDS = frozenset(b"lsdtamc")
 
 
 def folder(root: str) -> str:
@@ -191,6 +193,12 @@ def _hold(witnesses: Sequence[tuple[str, str, tuple[int, ...]]]) -> bool:
             elif kind in "am":
                 lstat(path)
                 return False
+            elif kind == "c":
+                from ..native.loaded import libstdcxx_path  # a C++ library's: it loads libstdc++ anyway
+
+                if libstdcxx_path() != path:
+                    return False
+                st = stat(path)
             else:
                 st = stat(path)
         except (FileNotFoundError, NotADirectoryError):

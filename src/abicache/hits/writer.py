@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 #: facts naming.name holds: a requirement on any other is judged by a full lookup
 COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.abi", "python.abi3",
                            "platform.system", "platform.machine", "platform.libc", "platform.glibc"})
+#: facts a witness covers: read from the C++ runtime the process loads (a "c" witness)
+CXX_FACTS = frozenset({"platform.glibcxx", "platform.cxxabi"})
 #: the tools a record can witness (their command from PATH, their identity's memo)
 TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
 KINDS = frozenset({"cc.library", "cc.module"})
@@ -113,8 +115,8 @@ def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -
     if not set(tools) <= set(TOOLS):
         return f"tools {sorted(set(tools) - set(TOOLS))}"
     facts = {r.name for r in art.requirements}
-    if not facts <= COVERED_FACTS:
-        return f"requirements on {sorted(facts - COVERED_FACTS)}"
+    if not facts <= COVERED_FACTS | CXX_FACTS:
+        return f"requirements on {sorted(facts - COVERED_FACTS - CXX_FACTS)}"
     if cache.verify_age != config.seconds("ABICACHE_VERIFY_AGE") or \
             cache.touch_interval != config.seconds("ABICACHE_TOUCH_INTERVAL"):
         return "a Cache whose ages were changed"
@@ -147,7 +149,7 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
             if why is None and looked != seen:
                 why = "a config file or a compiler changed while it was looked up"
             witnesses += looked
-        why = why or _code(witnesses)
+        why = why or _code(witnesses) or _runtime(art, witnesses)
         build = len(witnesses)
         why = why or _build(art, bases, stamps.read_deps(art.path, store.trust.ok), witnesses)
     except OSError as exc:  # something moved while it was recorded: the next lookup records it
@@ -272,6 +274,19 @@ def _code(out: Witnesses) -> str | None:
             if path is None:
                 return f"module {name} has no file"
             out.append(("s", path, _stat(os.stat(path))))
+    return None
+
+
+def _runtime(art: Artifact, out: Witnesses) -> str | None:
+    """The C++ runtime this process loads, where a requirement reads its versions."""
+    if not {r.name for r in art.requirements} & CXX_FACTS:
+        return None
+    from ..native.loaded import libstdcxx_path
+
+    path = libstdcxx_path()
+    if path is None:
+        return "no C++ runtime to witness"
+    out.append(("c", path, _stat(os.stat(path))))
     return None
 
 
