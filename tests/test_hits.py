@@ -178,8 +178,7 @@ def test_a_header_that_appears_in_front_is_a_rebuild(root: Path, tmp_path: Path,
 def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need("c++")
     monkeypatch.setenv("ABICACHE_VERIFY_AGE", "3")
-    cc.build_library("answer", [SRC], cache=Cache(root))
-    _recorded(root)
+    _built(root)
     time.sleep(3.2)
     served, lib = _load(root)
     assert not served and lib.answer() == 7  # type: ignore[attr-defined]
@@ -188,8 +187,7 @@ def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.Mo
 def test_a_served_hit_touches_its_entry_as_a_lookup_would(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need("c++")
     monkeypatch.setenv("ABICACHE_TOUCH_INTERVAL", "1")
-    cc.build_library("answer", [SRC], cache=Cache(root))
-    _recorded(root)
+    _built(root)
     entry = next((root / "v3" / "entries" / "cc.library").glob("*/*.*"))
     time.sleep(1.1)
     before = entry.stat().st_mtime

@@ -111,7 +111,7 @@ def _open(cache: Cache, root: str | os.PathLike[str] | None, settings: Mapping[s
         opened = _opened[kind] = _open_class(kind)
     before = dict(cache.__dict__)
     cache.__class__ = opened
-    cache._open(root, **settings)
+    cache._open(root, settings)
     cache.__dict__.update(before)
 
 

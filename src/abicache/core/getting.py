@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping
 
 if TYPE_CHECKING:
-    from .artifact import Auditor, Builder
+    from .artifact import Builder
     from .explain import Explanation
     from ..remote import RemoteSettings, Tier
 
@@ -53,32 +53,21 @@ class Getting:
     _default_audit: Any
     _unmet: Any
 
-    def _open(
-        self,
-        root: str | os.PathLike[str] | None = None,
-        *,
-        facts: Facts | None = None,
-        shared: str | bool | None = None,
-        verify_age: float | None = None,
-        touch_interval: float | None = None,
-        lock_timeout: float | None = None,
-        audit: Auditor | None = None,
-        remote: str | RemoteSettings | bool | None = None,
-    ) -> None:
+    def _open(self, root: str | os.PathLike[str] | None, settings: Mapping[str, Any]) -> None:
+        """The store, the settings and the facts, as Cache(root, **settings) asked (cache.py)."""
         checked.check_once()  # every setting parsed here, hit or miss: one error naming each bad one
+        get = settings.get
         self.root = Path(root) if root is not None else config.default_root()
+        shared = get("shared")
         group = group_setting(config.text("ABICACHE_SHARED") if shared is None else shared)
         self.store = Store(self.root, group=group)
+        facts = get("facts")
         self.facts = facts if facts is not None else Facts(memo_dir=self.store.layout.tools)
-        self.verify_age = config.seconds("ABICACHE_VERIFY_AGE") if verify_age is None else verify_age
-        self.touch_interval = (
-            config.seconds("ABICACHE_TOUCH_INTERVAL") if touch_interval is None else touch_interval
-        )
-        self.lock_timeout = (
-            config.seconds("ABICACHE_LOCK_TIMEOUT") if lock_timeout is None else lock_timeout
-        )
-        self.audit = audit or self._default_audit
-        self.remote: Tier | None = _remote_tier(remote)
+        self.verify_age = _seconds(get("verify_age"), "ABICACHE_VERIFY_AGE")
+        self.touch_interval = _seconds(get("touch_interval"), "ABICACHE_TOUCH_INTERVAL")
+        self.lock_timeout = _seconds(get("lock_timeout"), "ABICACHE_LOCK_TIMEOUT")
+        self.audit = get("audit") or self._default_audit
+        self.remote: Tier | None = _remote_tier(get("remote"))
         self.key_pins: frozenset[str] = frozenset()
         self._memo: dict[tuple[Any, ...], Artifact] = {}
         self._fallen: Getting | None = None  # where misses build if this store cannot be written
@@ -282,6 +271,10 @@ class Getting:
             return explain(self.store, self.facts, kind, name, None, None)
         key, described = self.key_for(kind, name, as_inputs(inputs))
         return explain(self.store, self.facts, kind, name, described, key, bases)
+
+
+def _seconds(given: float | None, variable: str) -> float:
+    return config.seconds(variable) if given is None else given
 
 
 def _remote_tier(remote: str | RemoteSettings | bool | None) -> Tier | None:

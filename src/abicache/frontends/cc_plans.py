@@ -2,19 +2,7 @@
 recipe `abicache check` rebuilds from), the compiler runs, and importing a module. cc.py
 imports this on a call its hit record (hits/) did not serve.
 
-The calls, in cc.py: shared libraries and CPython extension modules, built with
-the system compiler ($CC/$CXX or cc/c++) and cached by abicache.
-
-    lib = load_library("add", ['extern "C" int add(int a, int b) { return a + b; }'])
-    mod = load_module("fast", [MODULE_SOURCE], abi3="3.10")
-
-`sources` items: a str is source code, a Path is a file compiled where it
-lives (so `#include "sibling.h"` and relative -I work as with the compiler run
-by hand here), a mapping is {file name: code} (headers included; only
-.c/.cc/.cpp/.cxx files are compiled). The compiler's identity (version and
-target, never its path) is in the key; the headers it read are recorded
-with their hashes, and a lookup whose headers changed is a miss (engine/).
-Several translation units are compiled in parallel, each a cached object.
+The calls, and what their sources may be, are cc.py's (its docstring).
 """
 
 from __future__ import annotations
