@@ -142,7 +142,8 @@ def test_what_moved_sends_the_call_the_full_way(root: Path, tmp_path: Path, monk
     assert lib.answer() == 7  # type: ignore[attr-defined]
 
 
-def test_a_header_edit_is_a_rebuild_not_a_record(root: Path, tmp_path: Path) -> None:
+def _header_project(root: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A source that includes a header beside it, built into root."""
     need("c++")
     project = tmp_path / "project"
     project.mkdir()
@@ -150,6 +151,11 @@ def test_a_header_edit_is_a_rebuild_not_a_record(root: Path, tmp_path: Path) -> 
     (project / "answer.cpp").write_text(HEADER_SRC)
     sources = [project / "answer.cpp"]
     cc.build_library("answer", sources, cache=Cache(root))
+    return project, sources
+
+
+def test_a_header_edit_is_a_rebuild_not_a_record(root: Path, tmp_path: Path) -> None:
+    project, sources = _header_project(root, tmp_path)
     _recorded(root, sources)
     (project / "answer.h").write_text("#define ANSWER 8\n")
     served, lib = _load(root, sources)
@@ -279,13 +285,7 @@ def test_an_edit_between_the_lookup_and_its_record_is_not_recorded(root: Path, t
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The record is written after its lookup: a header edited in between must not be taken
     for the header the lookup found current (the stamp's witnesses vouch for what is recorded)."""
-    need("c++")
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "answer.h").write_text("#define ANSWER 7\n")
-    (project / "answer.cpp").write_text(HEADER_SRC)
-    sources = [project / "answer.cpp"]
-    cc.build_library("answer", sources, cache=Cache(root))
+    project, sources = _header_project(root, tmp_path)
     time.sleep(0.1)
     real_write = writer._write
 
