@@ -22,6 +22,15 @@ _MAX_BYTES = 1 << 20
 _LOG = "stats"
 
 
+def _forget_in_child() -> None:
+    """A forked child's counts are its parent's to write (store/counters.py does the same)."""
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def count(root: str, seconds: float) -> None:
     held = _pending.get(root)
     if held is None:
