@@ -538,4 +538,8 @@ def test_an_empty_store_says_so_and_one_entry_is_one_entry(tmp_path: Path, capsy
     assert main(["ls", "--root", str(root)]) == 0
     assert re.match(r"1 entry in\s", capsys.readouterr().out)  # the title wraps before a long path
     assert main(["stats", "--root", str(root)]) == 0
-    assert ": 1 entry," in capsys.readouterr().out
+    assert ": 1 entry, 1 blob," in capsys.readouterr().out
+    assert main(["verify", "--root", str(root)]) == 0
+    assert "verified 1 entry, 0 blobs," in capsys.readouterr().out  # quick: blobs are hashed by --full
+    assert main(["verify", "--full", "--root", str(root)]) == 0
+    assert "verified 1 entry, 1 blob," in capsys.readouterr().out

@@ -346,6 +346,11 @@ def _plural(count: int, word: str) -> str:
     return word if count == 1 else ("entries" if word == "entry" else word + "s")
 
 
+def _count(count: int, word: str) -> str:
+    """'1 entry', '2 entries', '1 blob', '0 blobs'."""
+    return f"{count} {_plural(count, word)}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from ..frontends.check import check_entries, log
 
@@ -357,7 +362,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         render.emit_json({"checked": [v.to_dict() for v in verdicts], "stale": len(stale)})
     elif verdicts:
-        render.table(f"checked {len(verdicts)} entries: each built again from scratch and compared",
+        render.table(f"checked {_count(len(verdicts), 'entry')}: each built again from scratch and compared",
                      ["key", "kind", "name", "verdict", "detail"],
                      [(v.key[:16], v.kind, v.name, v.verdict, v.detail) for v in verdicts])
     else:
@@ -376,7 +381,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                           "clean": report.clean, "full": args.full})
     else:
         mode = "full (sha256)" if args.full else "quick (owners, sizes, stamps)"
-        render.say(f"verified {report.entries} entries, {report.blobs} blobs, "
+        render.say(f"verified {_count(report.entries, 'entry')}, {_count(report.blobs, 'blob')}, "
                    f"{render.human_size(report.bytes_hashed)} hashed, {mode}, in {report.seconds:.2f} s")
         if report.leftovers:
             render.say(f"{report.leftovers} leftovers of interrupted builds in tmp/ (harmless; gc removes them)")
@@ -445,7 +450,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                                               for m in reversed(doc["last_misses"]))
                    + "; why: abicache explain --last")
     saved = logical - stored
-    render.say(f"{cache.root}: {len(entries)} {_plural(len(entries), 'entry')}, {blob_count} blobs, "
+    render.say(f"{cache.root}: {_count(len(entries), 'entry')}, {_count(blob_count, 'blob')}, "
                f"{render.human_size(stored)} on disk for {render.human_size(logical)} of files "
                f"({render.human_size(max(saved, 0))} saved by sharing)")
     render.say(f"{doc['used_fraction'] * 100:.0f}% of the cap, {render.human_size(cap)} (from {cap_from})"

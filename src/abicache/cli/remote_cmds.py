@@ -247,7 +247,9 @@ def _remote_prune(args: argparse.Namespace) -> int:
     render.table(f"{'would prune' if args.dry_run else 'pruned'} {cache.remote.name}",
                  ["kind", "name", "key", "variant", "why"],
                  [(e["kind"], e["name"], e["key"][:12], e["variant"][:8], e["why"]) for e in doc["deleted_entries"]])
-    render.say(f"{len(todo.delete)} entries, {len(todo.delete_blobs)} blobs "
+    from .commands import _count
+
+    render.say(f"{_count(len(todo.delete), 'entry')}, {_count(len(todo.delete_blobs), 'blob')} "
                f"({render.human_size(todo.freed)}) {'would be ' if args.dry_run else ''}deleted; "
                f"{len(todo.mark)} blobs no entry names marked (deleted by a prune after the grace period)")
     return 0
