@@ -352,3 +352,11 @@ def test_a_forked_child_does_not_count_its_parents_served_hits_again(tmp_path: P
     assert os.waitstatus_to_exitcode(status) == 0
     assert tally._pending[str(tmp_path)][0] == 1
     tally._pending.clear()
+
+
+def test_a_working_directory_removed_is_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert naming.name(b"call", "/s") is None  # no name, no record: the full lookup decides

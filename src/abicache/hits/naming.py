@@ -92,6 +92,10 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
     """The record's name for this call and store in this process, as it is now."""
     if _RAW is None:
         return None
+    try:
+        here = os.getcwd()
+    except OSError:  # the working directory was removed: the full lookup says what that means
+        return None
     env = b"\0".join(sorted(k + b"=" + v for k, v in _RAW.items()))
     uname = os.uname()
     who = f"{os.getuid()} {os.geteuid()} {os.getgid()} {os.getegid()} {sorted(os.getgroups())}"
@@ -99,9 +103,9 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError):
         libc = ""
-    here = "\0".join((who, sys.executable, sys.version, str(sys.implementation.cache_tag), " ".join(uname), libc))
-    return sha256_hex(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(os.getcwd()),
-                                    here.encode("utf-8", "surrogateescape"), env)))
+    where = "\0".join((who, sys.executable, sys.version, str(sys.implementation.cache_tag), " ".join(uname), libc))
+    return sha256_hex(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
+                                    where.encode("utf-8", "surrogateescape"), env)))
 
 
 def same_environment(snapshot: Mapping[bytes, bytes]) -> bool:

@@ -83,14 +83,14 @@ class Served:
                  watched: list[tuple[str, str, tuple[int, ...]]]) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
         self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
-        self._env, self._cwd = naming.environment(), os.getcwd()
+        self._env, self._cwd = naming.environment(), _cwd()
         self._watch: Watch | None = None
 
     def current(self) -> bool:
         """What an entry's in-process memo asks (core/artifact.py Artifact.current): whether
         the files its build read still hold, microseconds once asked (store/watch.py); and
         the environment and working directory its name was made of."""
-        if not naming.same_environment(self._env) or os.getcwd() != self._cwd:
+        if not naming.same_environment(self._env) or _cwd() != self._cwd:
             return False
         if self._watch is not None and self._watch.unchanged():
             return True
@@ -106,6 +106,13 @@ class Served:
             watch.settle([(p, w) for _, p, w in self._watched])  # type: ignore[misc]
         self._watch = watch
         return True
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None  # removed: the full lookup says what that means
 
 
 def serve(call: bytes, root: str) -> Served | None:
