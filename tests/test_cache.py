@@ -478,3 +478,23 @@ def test_the_eviction_after_a_build_never_takes_the_entry_just_built(tmp_path: P
     os.utime(arts[-1].path, (1, 1))  # the newest looks the oldest
     gc.collect_garbage(cache.store, max_size=0, spare=arts[-1].path)
     assert [a.path.exists() for a in arts] == [False, False, True]
+
+
+def test_a_subclass_of_cache_opens_at_first_use_and_keeps_its_own_methods(root: Path) -> None:
+    """Cache(root) opens at its first use into a class with the opened methods; a subclass
+    stays itself: its overrides win, and isinstance holds before and after."""
+    seen = []
+
+    class Counted(Cache):
+        def lookup(self, *args: object, **kwargs: object) -> object:
+            seen.append(args[1])
+            return super().lookup(*args, **kwargs)
+
+    cache = Counted(root)
+    assert isinstance(cache, Counted) and "store" not in cache.__dict__  # nothing opened yet
+    cache.get_or_build("t", "x", INPUTS, writer({"f": "x"}))
+    assert cache.lookup("t", "x", INPUTS) is not None and seen == ["x"]
+    assert isinstance(cache, Counted) and isinstance(cache, Cache) and type(cache).__name__ == "Counted"
+    assert repr(cache) == f"Cache({str(root)!r})"
+    pinned = cache.pinned_by_key(["platform.machine"])
+    assert isinstance(pinned, Counted) and not pinned.as_opened() and cache.as_opened()

@@ -89,9 +89,6 @@ class Getting:
         except Exception:  # noqa: BLE001  a hint's detail: the error it is added to is the news
             return None
 
-    def __repr__(self) -> str:
-        return f"Cache({str(self.root)!r})"
-
     def pinned_by_key(self, names: Iterable[str]) -> Getting:
         """The same store, trusting the key for these requirement names: a frontend
         whose key already encodes them (Triton's key includes the target arch)

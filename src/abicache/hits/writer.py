@@ -106,7 +106,7 @@ def _at_exit() -> None:
 
 def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -> str | None:
     """Why no record may stand for this lookup (module docstring), or None."""
-    if not cache.as_opened() or cache.key_pins or cache._fallback_of is not None or cache.facts._fixed:
+    if not cache.as_opened():  # given settings, set by hand, or a view (pins, other facts, a fallback store)
         return "a Cache with settings of its own"
     if checking:
         return "ABICACHE_CHECK samples hits"
