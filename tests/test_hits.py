@@ -181,6 +181,26 @@ def test_a_header_that_appears_in_front_is_a_rebuild(root: Path, tmp_path: Path,
     assert not served and lib.answer() == 9  # type: ignore[attr-defined]
 
 
+def test_a_served_call_arms_the_watch_the_next_call_asks(root: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: the call a record serves arms the in-process watch, so the process's next
+    call checks no witness again (arming it there cost the second call 1.4 ms); an edit after
+    the served call is still seen by the next one."""
+    project, sources = _header_project(root, tmp_path)
+    _recorded(root, sources)
+    served, lib = _load(root, sources)
+    assert served and lib.answer() == 7  # type: ignore[attr-defined]
+    held = next(v for k, v in cc._loaded.items() if k[1] == "answer")[0]
+    assert held._watch is not None and held._watch.marks  # armed by the first call
+    checks: list[int] = []
+    real_hold = record._hold
+    monkeypatch.setattr(record, "_hold", lambda w: checks.append(len(w)) or real_hold(w))
+    again = cc.load_library("answer", sources, cache=Cache(root))
+    assert again is lib and checks == []  # the watch answered: nothing stat'ed again
+    (project / "answer.h").write_text("#define ANSWER 8\n")
+    assert cc.load_library("answer", sources, cache=Cache(root)).answer() == 8  # type: ignore[attr-defined]
+
+
 def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need("c++")
     monkeypatch.setenv("ABICACHE_VERIFY_AGE", "3")

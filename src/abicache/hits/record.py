@@ -80,11 +80,11 @@ class Served:
     __slots__ = ("file", "path", "root", "seconds", "_watched", "_env", "_cwd", "_watch")
 
     def __init__(self, file: str, path: str, root: str, seconds: float,
-                 watched: list[tuple[str, str, tuple[int, ...]]]) -> None:
+                 watched: list[tuple[str, str, tuple[int, ...]]], watch: Watch | None = None) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
         self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
         self._env, self._cwd = naming.environment(), _cwd()
-        self._watch: Watch | None = None
+        self._watch = watch
 
     def current(self) -> bool:
         """What an entry's in-process memo asks (core/artifact.py Artifact.current): whether
@@ -94,18 +94,30 @@ class Served:
             return False
         if self._watch is not None and self._watch.unchanged():
             return True
-        from ..store.watch import Watch  # a process's second call: its first hit has no use for it
-
-        files = [p for k, p, _ in self._watched if k == "s"]
-        folders = {*(p for k, p, _ in self._watched if k == "d"),
-                   *(os.path.dirname(p) for k, p, _ in self._watched if k == "m")}
-        watch = Watch(files, sorted(folders))  # armed before the check: nothing slips between
+        watch = _arm(self._watched)
         if not _hold(self._watched):
             return False
-        if all(k != "m" for k, _, _ in self._watched):  # the stat fallback compares witnesses: a missing path has none
-            watch.settle([(p, w) for _, p, w in self._watched])  # type: ignore[misc]
-        self._watch = watch
+        self._watch = _settled(watch, self._watched)
         return True
+
+
+def _arm(watched: Sequence[tuple[str, str, tuple[int, ...]]]) -> Watch:
+    """A watch of what the build read, armed before its witnesses are checked (nothing slips
+    between): armed by the call a record serves, so that the process's next call asks it in
+    microseconds (issue 49: arming it there cost the second call 1.4 ms)."""
+    from ..store.watch import Watch
+
+    files = [p for k, p, _ in watched if k == "s"]
+    folders = {*(p for k, p, _ in watched if k == "d"), *(os.path.dirname(p) for k, p, _ in watched if k == "m")}
+    return Watch(files, sorted(folders))
+
+
+def _settled(watch: Watch, watched: Sequence[tuple[str, str, tuple[int, ...]]]) -> Watch:
+    """The stat fallback compares witnesses (where inotify is out of watches): a missing
+    path has none, so a build that looked for one keeps no fallback."""
+    if all(k != "m" for k, _, _ in watched):
+        watch.settle([(p, w) for _, p, w in watched])  # type: ignore[misc]
+    return watch
 
 
 def _cwd() -> str | None:
@@ -165,11 +177,12 @@ def _judge(data: bytes, real: str) -> Served | None:
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
     witnesses = [(chr(k), os.fsdecode(p), w) for k, p, w in zip(kinds, paths, numbers)]
     folder = os.fsdecode(entry)
+    watched = witnesses[int(build):]
+    watch = _arm(watched)
     if not _hold(witnesses) or _listing(os.listdir(folder)) != names:
         return None
     _touch(folder, float(touch))
-    watched = witnesses[int(build):]
-    return Served(os.fsdecode(file), os.fsdecode(entry), real, float(seconds), watched)
+    return Served(os.fsdecode(file), os.fsdecode(entry), real, float(seconds), watched, _settled(watch, watched))
 
 
 def _listing(names: Sequence[str]) -> bytes:
