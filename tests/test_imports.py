@@ -27,7 +27,7 @@ FLOORS: list[set[str]] = [
     {"core"},
     {"hits"},
     {"engine"},
-    {"cc", "cuda", "torch", "triton", "tvm_ffi", "dropin", "frontends"},
+    {"cc", "cuda", "torch", "triton", "tvm_ffi", "dropin", "frontends", "launcher"},
     {"cli"},
     {"__init__", "__main__"},
 ]
