@@ -28,7 +28,7 @@ PUBLIC = {"__init__", "__main__", "_version", "cc", "torch", "triton", "tvm_ffi"
           "dropin", "cli"}
 #: the inner rooms (ARCHITECTURE.md): each a folder, none imported by users
 INNER = {"values", "settings", "native", "console", "env", "audit", "store", "remote", "shipping", "core",
-         "engine", "frontends", "hits"}
+         "engine", "frontends", "hits", "launcher"}
 #: dotted words in the docs that are not Python names: a file, an entry-point group
 NOT_PYTHON = {"abicache.toml", "abicache.stores"}
 DOTTED = re.compile(r"(?<![\w./-])abicache(?:\.[A-Za-z_]\w*)+")

@@ -177,9 +177,11 @@ def _judge(data: bytes, real: str) -> Served | None:
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
     witnesses = [(chr(k), os.fsdecode(p), w) for k, p, w in zip(kinds, paths, numbers)]
     folder = os.fsdecode(entry)
-    watched = witnesses[int(build):]
-    watch = _arm(watched)
-    if not _hold(witnesses) or _listing(os.listdir(folder)) != names:
+    stored, watched = witnesses[:int(build)], witnesses[int(build):]
+    if not _hold(stored) or _listing(os.listdir(folder)) != names:
+        return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
+    watch = _arm(watched)  # before what the build read is checked: nothing slips between
+    if not _hold(watched):
         return None
     _touch(folder, float(touch))
     return Served(os.fsdecode(file), os.fsdecode(entry), real, float(seconds), watched, _settled(watch, watched))
