@@ -52,6 +52,7 @@ def test_the_compilers_it_knows(word: str, expected: str | None) -> None:
     (["nvcc", "-c", "-ptx", "k.cu"], "several output kinds"),
     (["nvcc", "-c", "k.cu", "-MD"], "-MD without -MF"),
     (["nvcc", "-c", "k.cu", "--options-file", "f"], "response file"),
+    (["nvcc", "-c", "k.cu", "--time", "times.csv"], "--time (a timing file)"),
 ])
 def test_what_it_runs_as_written_and_why(argv: list[str], reason: str) -> None:
     assert classify(argv) == Uncacheable(reason)
@@ -62,6 +63,7 @@ def test_a_dependency_file_named_by_the_environment_is_run_as_written() -> None:
     compiler at all there, and left no object)."""
     assert classify(["g++", "-c", "x.cpp"], {"DEPENDENCIES_OUTPUT": "x.d"}) == Uncacheable("DEPENDENCIES_OUTPUT set")
     assert isinstance(classify(["g++", "-c", "x.cpp"], {"DEPENDENCIES_OUTPUT": ""}), Compile)
+    assert classify(["nvcc", "-c", "k.cu"], {"SUNPRO_DEPENDENCIES": "k.d"}) == Uncacheable("DEPENDENCIES_OUTPUT set")
 
 
 def test_a_compile_keeps_every_word_but_the_source_and_the_output() -> None:
@@ -116,6 +118,7 @@ NVCC_CASES = [
     ["-ptx", "k.cu"],
     ["-cubin", "-arch=sm_90", "k.cu", "-o", "obj/k.cubin"],
     ["-fatbin", "k.cu"],
+    ["-use_fast_math", "-o", "obj/k.o", "-c", "k.cu", "--extensible-whole-program"],  # flags without values
 ]
 
 

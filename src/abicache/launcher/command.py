@@ -65,8 +65,8 @@ _NVCC_VALUE = frozenset({
     "-maxrregcount", "--maxrregcount", "-t", "--threads", "-std", "--std", "-rdc",
     "--relocatable-device-code", "-default-stream", "--default-stream", "-diag-suppress", "--diag-suppress",
     "-split-compile", "--split-compile", "-Werror", "--Werror", "-ftz", "--ftz", "-prec-div", "--prec-div",
-    "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad", "-use_fast_math", "-ewp", "-Xcudafe", "--cudafe-options",
-    "-time", "--time", "-odir", "--output-directory", "-ldir", "--libdevice-directory", "-ext-lambda",
+    "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad", "-Xcudafe", "--cudafe-options", "-odir",
+    "--output-directory", "-ldir", "--libdevice-directory",
 })
 #: nvcc modes: the option, what it writes, its default suffix
 _NVCC_MODES = {"-c": ".o", "--compile": ".o", "-dc": ".o", "--device-c": ".o", "-dw": ".o", "--device-w": ".o",
@@ -80,7 +80,7 @@ _NVCC_UNCACHEABLE = {
     "-run": "link", "--run": "link", "-cuda": "preprocessing only (-E)", "--cuda": "preprocessing only (-E)",
     "-dryrun": "--dryrun", "--dryrun": "--dryrun", "-lto": "link-time optimization", "-dlto": "link-time optimization",
     "--list-gpu-code": "a query", "--list-gpu-arch": "a query", "-V": "a query", "--version": "a query",
-    "--help": "a query", "-h": "a query",
+    "--help": "a query", "-h": "a query", "-time": "--time (a timing file)", "--time": "--time (a timing file)",
 }
 #: variables that make gcc write a dependency file by a name the command line does not show
 DEPENDENCY_VARIABLES = ("DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES")
@@ -94,6 +94,18 @@ class Depfile:
     targets: tuple[str, ...]  # -MT/-MQ words in order (('-MT', 'x.o'), flattened as given); () = the output
     system: bool  # -MD (system headers listed) rather than -MMD
     phony: bool  # -MP
+
+
+class _DepWords:
+    """The dependency-file words met so far on a command line."""
+
+    __slots__ = ("system", "path", "targets", "phony")
+
+    def __init__(self) -> None:
+        self.system: bool | None = None  # None: neither -MD nor -MMD (then -MF, -MT are flags only)
+        self.path: str | None = None
+        self.targets: list[str] = []
+        self.phony = False
 
 
 @named_tuple
@@ -142,7 +154,7 @@ def classify(argv: Sequence[str], environ: Mapping[str, str] = {}) -> Compile | 
     kind = family(argv[0])
     if kind is None:
         return Uncacheable("unknown compiler")
-    if kind == "gcc" and any(environ.get(name) for name in DEPENDENCY_VARIABLES):
+    if any(environ.get(name) for name in DEPENDENCY_VARIABLES):  # nvcc's host compiler reads them too
         return Uncacheable("DEPENDENCIES_OUTPUT set")  # gcc writes a depfile the words do not name
     return (_gcc if kind == "gcc" else _nvcc)(tuple(argv[:1]), list(argv[1:]))
 
@@ -153,7 +165,7 @@ def _gcc(compiler: tuple[str, ...], words: list[str]) -> Compile | Uncacheable:
     output: str | None = None
     language: str | None = None  # -x's, for the sources after it
     compile_only = False
-    dep: dict[str, object] = {"targets": []}
+    dep = _DepWords()
     i = 0
     while i < len(words):
         word = words[i]
@@ -168,31 +180,31 @@ def _gcc(compiler: tuple[str, ...], words: list[str]) -> Compile | Uncacheable:
         step = 2 if value is not None else 1
         if word == "-":
             return Uncacheable("source from standard input")
-        if word == "-o" or (word.startswith("-o") and word != "-o"):
+        if word.startswith("-o"):
             output = value if value is not None else word[2:]
             if output == "-":
                 return Uncacheable("output to standard output")
         elif word == "-c":
             compile_only = True
             flags.append(word)
-        elif word == "-x" or word.startswith("-x") and word != "-x":
+        elif word.startswith("-x"):
             language = value if value is not None else word[2:]
             language = None if language == "none" else language
             flags.extend(words[i:i + step])
         elif word in ("-MD", "-MMD"):
-            dep["system"] = word == "-MD"
+            dep.system = word == "-MD"
             flags.append(word)
         elif word.startswith(("-Wp,-MD,", "-Wp,-MMD,")):
-            dep["system"], dep["path"] = word.startswith("-Wp,-MD,"), word.split(",", 2)[2]
+            dep.system, dep.path = word.startswith("-Wp,-MD,"), word.split(",", 2)[2]
             flags.append(word)
-        elif word == "-MF" or word.startswith("-MF"):
-            dep["path"] = value if value is not None else word[3:]
+        elif word.startswith("-MF"):
+            dep.path = value if value is not None else word[3:]
             flags.extend(words[i:i + step])  # the key holds the name as given; a hit writes it there
-        elif word in ("-MT", "-MQ") or word.startswith(("-MT", "-MQ")):
-            dep["targets"].append((word[:3], value if value is not None else word[3:]))  # type: ignore[attr-defined]
+        elif word.startswith(("-MT", "-MQ")):
+            dep.targets += [word[:3], value if value is not None else word[3:]]
             flags.extend(words[i:i + step])
         elif word == "-MP":
-            dep["phony"] = True
+            dep.phony = True
             flags.append(word)
         elif word in ("-M", "-MM"):
             return Uncacheable("dependencies only (-M)")
@@ -218,7 +230,7 @@ def _nvcc(compiler: tuple[str, ...], words: list[str]) -> Compile | Uncacheable:
     output: str | None = None
     language: str | None = None
     suffix: str | None = None
-    dep: dict[str, object] = {"targets": []}
+    dep = _DepWords()
     i = 0
     while i < len(words):
         word = words[i]
@@ -244,13 +256,13 @@ def _nvcc(compiler: tuple[str, ...], words: list[str]) -> Compile | Uncacheable:
             language = "cuda" if given == "cu" else given
             flags.extend(words[i:i + step])
         elif name in ("-MD", "--generate-dependencies-with-compile", "-MMD", "--generate-nonsystem-dependencies-with-compile"):
-            dep["system"] = name in ("-MD", "--generate-dependencies-with-compile")
+            dep.system = name in ("-MD", "--generate-dependencies-with-compile")
             flags.append(word)
         elif name in ("-MF", "--dependency-output"):
-            dep["path"] = given
+            dep.path = given
             flags.extend(words[i:i + step])
         elif name in ("-MT", "--dependency-target-name"):
-            dep["targets"].append(("-MT", given))  # type: ignore[attr-defined]
+            dep.targets += ["-MT", given]
             flags.extend(words[i:i + step])
         elif name in ("-odir", "--output-directory"):
             return Uncacheable("--output-directory")  # moves the depfile's default: not named here yet
@@ -265,7 +277,7 @@ def _nvcc(compiler: tuple[str, ...], words: list[str]) -> Compile | Uncacheable:
 
 
 def _compile_of(compiler: tuple[str, ...], kind: str, sources: list[tuple[str, str]], output: str | None,
-                flags: list[str], dep: dict[str, object], suffix: str) -> Compile | Uncacheable:
+                flags: list[str], dep: _DepWords, suffix: str) -> Compile | Uncacheable:
     if not sources:
         return Uncacheable("no source")
     if len(sources) > 1:
@@ -276,12 +288,11 @@ def _compile_of(compiler: tuple[str, ...], kind: str, sources: list[tuple[str, s
     if output is None:  # the compiler's default: the source's base name, its suffix replaced, here
         output = _replace_suffix(os.path.basename(source), suffix)
     depfile = None
-    if "system" in dep:  # -MF or -MT without -MD/-MMD write nothing: they are flags like any other
-        path = dep.get("path") or (_replace_suffix(output, ".d") if kind == "gcc" else None)
+    if dep.system is not None:  # -MF or -MT without -MD/-MMD write nothing: they are flags like any other
+        path = dep.path or (_replace_suffix(output, ".d") if kind == "gcc" else None)
         if not path:
             return Uncacheable("-MD without -MF")  # nvcc's default name is not the one gcc's rule gives
-        targets = tuple(word for pair in dep["targets"] for word in pair)  # type: ignore[attr-defined]
-        depfile = Depfile(str(path), targets, bool(dep["system"]), bool(dep.get("phony")))
+        depfile = Depfile(path, tuple(dep.targets), dep.system, dep.phony)
     extra = tuple(_extra_outputs(kind, flags, output))
     return Compile(compiler, kind, source, language, output, tuple(flags), depfile, extra)
 
