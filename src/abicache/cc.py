@@ -185,7 +185,7 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
         loaded = load(served.file)
     except OSError:
         return None  # removed between the check and the load (gc): the full lookup
-    tally.count(served.root, served.seconds)
+    tally.count(served.root, served.seconds, served.path)
     return served, loaded
 
 

@@ -106,7 +106,7 @@ def _size(vdir: Path, m: Manifest) -> int:
 #: the kinds abicache's own frontends write (get_or_build callers may name others)
 #: kinds the build engine stores on a build's behalf: `ls` leaves them out unless --all
 INTERNAL_KINDS = ("cc.object", "torch.pch")
-FRONTEND_KINDS = ("cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
+FRONTEND_KINDS = ("cc.compile", "cc.library", "cc.module", "cc.object", "cuda.cubin", "cuda.fatbin", "cuda.ptx", "torch.classic",
                   "torch.compile", "torch.executable", "torch.pch", "torch.pybind", "torch.stable", "triton",
                   "triton.file", "tvm_ffi.module", "cuda_core.program")
 
@@ -459,9 +459,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if doc["remote_refusals"]:
         render.say(f"[red]{doc['remote_refusals']} downloads from a remote were refused[/] "
                    f"(see {cache.store.layout.log / (REFUSALS_LOG + '.jsonl')})")
-    if by_kind:
-        render.table("by kind", ["kind", "entries", "size"],
-                     [(k, v[0], render.human_size(v[1])) for k, v in sorted(by_kind.items())])
+    counted = counts["by_kind"]
+    if by_kind or counted:
+        none = dict.fromkeys(counters.KIND_FIELDS, 0)
+        render.table("by kind", ["kind", "entries", "size", "hits", "misses", "uncacheable", "errors"],
+                     [(k, by_kind.get(k, [0, 0])[0], render.human_size(by_kind.get(k, [0, 0])[1]),
+                       *counted.get(k, none).values()) for k in sorted({*by_kind, *counted})])
     return 0
 
 

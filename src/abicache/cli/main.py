@@ -227,6 +227,10 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and _launched(argv[0]):  # `abicache g++ -c x.cpp`: the compiler launcher
+        from ..launcher.run import main as launch
+
+        return launch(argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = _intermixed(parser, argv) if argv[:1] == ["config"] else parser.parse_args(argv)
     module = (audit_cmds if args.command in ("audit", "doctor", "stub")
@@ -259,6 +263,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"abicache: error: {refused}\n")
         return EXIT_USAGE
+
+
+def _launched(word: str) -> bool:
+    """A compiler (or any program) rather than a command: a path, a compiler's name, or a
+    program PATH finds that is no command of abicache's (a typo of one stays argparse's error)."""
+    if word in COMMANDS or word.startswith("-"):
+        return False
+    from ..launcher.command import family
+
+    if "/" in word or family(word) is not None:
+        return True
+    import shutil
+
+    return shutil.which(word) is not None
 
 
 def _intermixed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -10,6 +10,7 @@ from ..settings import config
 from .artifact import Artifact
 from ..errors import BuildError, ConfigError, warn_once
 from ..store import counters
+from ..store.counters import by_kind
 from ..store.manifest import uncached_reason
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
@@ -46,16 +47,20 @@ class Counting:
         if kind in INTERNAL_KINDS:
             return
         if found is None:
-            counters.count(self.store, misses=1, errors=1, **{f"errors:{error or 'other'}": 1})
+            counters.count(self.store, misses=1, errors=1, **{f"errors:{error or 'other'}": 1,
+                                                               by_kind(kind, "misses"): 1, by_kind(kind, "errors"): 1})
         elif found.origin == "built":
             why = uncached_reason(found.manifest.deps)
             counters.count(self.store, misses=1, builds=1, build_seconds=found.manifest.build_seconds or 0.0,
-                           **({"uncacheable": 1, f"uncacheable:{why[0]}": 1} if why else {}))
+                           **{by_kind(kind, "misses"): 1},
+                           **({"uncacheable": 1, f"uncacheable:{why[0]}": 1, by_kind(kind, "uncacheable"): 1}
+                              if why else {}))
             counters.flush(self.store)  # a miss writes anyway; a hit never does
             self._keep_under_cap(found.path, sum(f.size for f in found.manifest.files))
         else:
             hit = {"remote": "hits_remote", "tier": "hits_read_only"}.get(found.origin, "hits_local")
-            counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0, **{hit: 1})
+            counters.count(self.store, seconds_saved=found.manifest.build_seconds or 0.0,
+                           **{hit: 1, by_kind(kind, "hits"): 1})
 
     def _keep_under_cap(self, built: Path, added: int) -> None:
         """ABICACHE_MAX_SIZE: evict down to it after a build, before the call returns

@@ -63,10 +63,10 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     own = {f.path for f in tree.files if f.path}
     outside = roots.Within([*covered, *skip, *_PSEUDO])
     if observed is not None and not observed.complete:
-        return Record([_never("unobserved program", _unobserved(observed))], [], [], [])
+        return Record([never("unobserved program", _unobserved(observed))], [], [], [])
     seen = observed is not None
     if not seen and depfile is None:
-        return Record([_never("no dependency file", f"{tree.files[0].name}: the compiler wrote no dependency file "
+        return Record([never("no dependency file", f"{tree.files[0].name}: the compiler wrote no dependency file "
                               "and could not be watched, so what it read is unknown")], [], [], [])
     read = [roots.normal(p, cwd) for p in depfile or ()]
     lost = next((p for p in read if not os.path.lexists(p)), None)
@@ -77,7 +77,7 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
         kept = read if lost is None else [p for p in read if os.path.lexists(p)]
         read = kept + [p for p in observed.read if _regular(p)]
     elif lost is not None:
-        return Record([_never("unrecordable path", f"the compiler's dependency file names {lost!r}, which does not "
+        return Record([never("unrecordable path", f"the compiler's dependency file names {lost!r}, which does not "
                               "exist (a path with a line break, which a dependency file cannot spell)")], [], [], [])
     files = sorted({p for p in read if p not in own and not outside(p)})
     programs = sorted(p for p in observed.programs if not outside(p)) if seen and observed else []
@@ -85,7 +85,7 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
         else []
     broken = next((p for p in [*files, *programs] if "\n" in p), None)  # names a system group joins by lines
     if broken is not None:
-        return Record([_never("unrecordable path",
+        return Record([never("unrecordable path",
                               f"a tool read {broken!r}, a path with a line break, which abicache cannot record")],
                       [], [], [])
     deps, system = _split(files, programs, tree.bases, memo_dir)
@@ -96,7 +96,7 @@ def of(observed: Observed | None, depfile: Sequence[str] | None, cwd: str, tree:
     deps += _listings(observed.listed, observed.written, cwd, outside, tree.bases)
     env = [(name, env_digest(name)) for name in steer.recorded_env(observed.env)]
     if odd:
-        deps.append(_never("unrecordable path",
+        deps.append(never("unrecordable path",
                            f"a tool looked for {odd!r}, a path with a line break, which abicache cannot record"))
     return Record(deps, absent, env, system)
 
@@ -135,7 +135,7 @@ def _listings(listed: Iterable[str], written: Iterable[str], cwd: str, outside: 
         if outside(folder) or folder in own:
             continue
         if "\n" in folder:
-            out.append(_never("unrecordable path",
+            out.append(never("unrecordable path",
                               f"a tool listed {folder!r}, a path with a line break, which abicache cannot record"))
             continue
         try:
@@ -203,7 +203,7 @@ def _is_dir(folder: str, known: dict[str, bool]) -> bool:
     return found
 
 
-def _never(reason: str, why: str) -> Dependency:
+def never(reason: str, why: str) -> Dependency:
     """A dependency that holds nowhere, so the entry is never a hit; unique, so
     each such build is its own variant (never another build's files). reason: a
     short name, what `abicache stats` counts uncacheable builds by."""

@@ -380,7 +380,7 @@ def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[st
     cwd = os.getcwd()
     for attempt in range(2):
         dfile = Path(ctx.scratch) / f"{os.getpid()}-{time.monotonic_ns()}.d"
-        started = _filesystem_now(ctx.scratch)
+        started = filesystem_now(ctx.scratch)
         with observe.watching(ctx.observer, ctx.scratch) as session:
             run([*argv, path, "-o", str(target), *tail, "-MD", "-MF", str(dfile)], Path(cwd), job.what,
                 **_watched(session))
@@ -388,7 +388,7 @@ def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[st
         read = depfile.read(dfile) if dfile.exists() else None
         rec = record.of(observed, read, cwd, job.tree, ctx.covered(), ctx.skip, ctx.tools)
         files = [depcheck.resolve(d, job.tree.bases) for d in rec.deps]
-        moved = _changed_since(started, [path if unit.path else "", *(f for f in files if f)])
+        moved = changed_since(started, [path if unit.path else "", *(f for f in files if f)])
         if not moved and _same(unit, path):
             compiled()
             return rec
@@ -396,7 +396,7 @@ def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[st
                      "build again once your edits are saved")
 
 
-def _filesystem_now(scratch: str) -> int:
+def filesystem_now(scratch: str) -> int:
     """Now, as the filesystems stamp files (a coarse clock, up to a tick behind
     time.time_ns()): a file written later has this stamp or a later one."""
     marker = os.path.join(scratch, f"clock-{os.getpid()}-{threading.get_ident()}")
@@ -405,7 +405,7 @@ def _filesystem_now(scratch: str) -> int:
     return os.stat(marker).st_mtime_ns
 
 
-def _changed_since(started: int, files: Sequence[str]) -> str | None:
+def changed_since(started: int, files: Sequence[str]) -> str | None:
     for item in files:
         if not item:
             continue

@@ -13,8 +13,8 @@ from stat import S_ISREG
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 
-#: store root -> [hits, seconds saved]
-_pending: dict[str, list[float]] = {}
+#: (store root, kind of entry) -> [hits, seconds saved]
+_pending: dict[tuple[str, str], list[float]] = {}
 _FLAGS = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
     | getattr(os, "O_CLOEXEC", 0)
 #: store/logs.py MAX_BYTES and store/counters.py LOG (tests/test_hits.py keeps them equal)
@@ -31,14 +31,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def count(root: str, seconds: float) -> None:
-    held = _pending.get(root)
+def count(root: str, seconds: float, entry: str) -> None:
+    """One hit of the entry at that path (its kind, counters.by_kind, is the folder it is in)."""
+    kind = os.path.basename(os.path.dirname(os.path.dirname(entry)))
+    held = _pending.get((root, kind))
     if held is None:
         if not _pending:
             import atexit
 
             atexit.register(flush)
-        held = _pending[root] = [0, 0.0]
+        held = _pending[root, kind] = [0, 0.0]
     held[0] += 1
     held[1] += seconds
 
@@ -48,11 +50,13 @@ def flush() -> None:
 
     taken = list(_pending.items())
     _pending.clear()
-    for root, (hits, seconds) in taken:
-        line = b'{"time": %.3f, "pid": %d, "hits_local": %d, "seconds_saved": %.3f}\n' % (
-            time.time(), os.getpid(), hits, seconds)
+    for (root, kind), (hits, seconds) in taken:
+        named = kind.isprintable() and '"' not in kind and "\\" not in kind  # a kind is a name: cc.library
+        line = b'{"time": %.3f, "pid": %d, "hits_local": %d, %s"seconds_saved": %.3f}\n' % (
+            time.time(), os.getpid(), hits, b'"kind:%s:hits": %d, ' % (kind.encode(), hits) if named else b"",
+            seconds)
         if not _append(os.path.join(root, "v3", "log", f"{_LOG}.jsonl"), line):
-            _by_counters(root, int(hits), seconds)
+            _by_counters(root, kind, int(hits), seconds)
 
 
 def _append(path: str, line: bytes) -> bool:
@@ -74,14 +78,14 @@ def _append(path: str, line: bytes) -> bool:
         os.close(fd)
 
 
-def _by_counters(root: str, hits: int, seconds: float) -> None:
+def _by_counters(root: str, kind: str, hits: int, seconds: float) -> None:
     try:
         from ..settings import config
         from ..settings.owners import group_setting
         from ..store import Store, counters
 
         store = Store(root, group=group_setting(config.text("ABICACHE_SHARED")))
-        counters.count(store, hits_local=hits, seconds_saved=seconds)
+        counters.count(store, hits_local=hits, seconds_saved=seconds, **{counters.by_kind(kind, "hits"): hits})
         counters.flush(store)
     except Exception:  # noqa: BLE001  statistics only inform: never a reason for an exit to fail
         pass

@@ -50,6 +50,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                          "is not cached"),
     "ABICACHE_SLOPPINESS": ("", "system_headers: headers in the compiler's own search list are taken as part "
                             "of the compiler (not recorded), as ccache's sloppiness=system_headers"),
+    "ABICACHE_BASE_DIR": ("", "the launcher (abicache g++ ...): paths under this folder are made relative to the "
+                          "working directory before the compiler runs, so clones of a project at different "
+                          "places share hits, as ccache's base_dir (empty: paths stay as written)"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
                        "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
     "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): a build that takes the store "

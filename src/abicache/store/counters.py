@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 LOG = "stats"
 FIELDS = ("hits_local", "hits_read_only", "hits_remote", "misses", "builds", "build_seconds", "seconds_saved",
           "uncacheable", "errors")
-#: counts by reason and by kind: "uncacheable:<reason>", "errors:<kind>"
-BREAKDOWNS = ("uncacheable:", "errors:")
+#: counts by reason and by kind: "uncacheable:<reason>", "errors:<kind>"; and per kind of
+#: entry, as ccache's counters (its direct hits, misses, uncacheable calls): "kind:<kind>:<field>"
+BREAKDOWNS = ("uncacheable:", "errors:", "kind:")
+#: what each kind of entry is counted by
+KIND_FIELDS = ("hits", "misses", "uncacheable", "errors")
 
 _pending: dict[str, tuple[Store, Counter[str]]] = {}
 _lock = allocate_lock()
@@ -111,9 +114,24 @@ def totals(store: Store) -> dict[str, Any]:
     doc["hit_rate"] = round(hits / (hits + doc["misses"]), 4) if hits + doc["misses"] else None
     for prefix, field in (("uncacheable:", "uncacheable_by_reason"), ("errors:", "errors_by_kind")):
         doc[field] = {k[len(prefix):]: int(v) for k, v in sorted(sums.items()) if k.startswith(prefix)}
+    doc["by_kind"] = _by_kind(sums)
     doc["since"] = since
     doc["zeroed_at"] = since if zeroed else None
     return doc
+
+
+def by_kind(kind: str, field: str) -> str:
+    """The name a count of one kind of entry is kept under (KIND_FIELDS)."""
+    return f"kind:{kind}:{field}"
+
+
+def _by_kind(sums: Counter[str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, value in sorted(sums.items()):
+        kind, _, field = name[len("kind:"):].rpartition(":")
+        if name.startswith("kind:") and kind and field in KIND_FIELDS:
+            out.setdefault(kind, dict.fromkeys(KIND_FIELDS, 0))[field] = int(value)
+    return out
 
 
 def zero(store: Store) -> None:

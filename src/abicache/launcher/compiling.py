@@ -1,0 +1,127 @@
+"""A launcher's miss: the compiler run as the build system asked, watched by the
+observer, its outputs left where the build expects them and copied into the entry.
+
+The entry of one compile holds every file it wrote (`output-0` the object, then the
+files named after it, then the dependency file: Compile.outputs' order), what it printed
+(`stdout`, `stderr`: warnings are part of the result) and the record of everything its
+tools read and looked for (engine/record.py), as an engine-built object's. A compile that
+fails is not cached: its output and status are handed back as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..core.artifact import BuildResult
+from ..engine import depfile, observe, record, roots, units
+from ..engine.tree import File, Tree
+from ..errors import BuildError
+from ..store import deps as depcheck
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from ..core.cache import Cache
+    from .command import Compile
+
+#: the names of an entry's files besides its outputs
+STDOUT, STDERR = "stdout", "stderr"
+
+
+def output_name(index: int) -> str:
+    return f"output-{index}"
+
+
+class Failed(BuildError):
+    """The compiler failed: nothing is cached; its status and output are the launcher's."""
+
+    def __init__(self, argv: Sequence[str], status: int, stdout: bytes, stderr: bytes) -> None:
+        super().__init__(f"the compiler exited with status {status}", command=tuple(argv))
+        self.status, self.stdout, self.stderr = status, stdout, stderr
+
+
+class Ran:
+    """What the compile printed, once it has run (the launcher replays it even where the
+    entry could not be published)."""
+
+    def __init__(self) -> None:
+        self.stdout: bytes | None = None
+        self.stderr = b""
+
+
+def builder(cache: Cache, argv: Sequence[str], compile: Compile, code: str, ran: Ran):  # noqa: ANN201
+    """The builder get_or_build calls on a miss: out is the entry's stage folder."""
+    def build(out: Path) -> BuildResult:
+        return _build(cache, list(argv), compile, code, ran, out)
+
+    return build
+
+
+def _build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, out: Path) -> BuildResult:
+    cwd = os.getcwd()
+    source = roots.normal(compile.source, cwd)
+    tree = Tree((File(compile.source, code, source),), {"cwd": cwd}, (), ())
+    tools = cache.store.layout.tools
+    observer = observe.library(tools, trusted=cache.store.trust.ok)
+    scratch = tempfile.mkdtemp(prefix="abicache-launch-")
+    try:
+        for _ in range(2):
+            rec, moved = _watched(argv, compile, tree, source, observer, scratch, tools, str(cache.root), ran)
+            if not moved:
+                break
+        else:
+            rec = record.Record([record.never("changed while compiling", f"{moved} changed while it was compiled")],
+                                [], [], [])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _stage(compile, ran, out)
+    return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
+
+
+def _watched(argv: list[str], compile: Compile, tree: Tree, source: str, observer: Path | None, scratch: str,
+             tools: Path, store: str, ran: Ran) -> tuple[record.Record, str | None]:
+    """One run of the compile; (its record, a file read that changed while it ran, or None)."""
+    cwd = tree.bases["cwd"]
+    own = os.path.join(scratch, "deps.d") if compile.depfile is None and compile.family == "gcc" else None
+    command = [*argv, "-MD", "-MF", own] if own else argv
+    started = units.filesystem_now(scratch)
+    with observe.watching(observer, scratch) as session:
+        env = {**os.environ, **session.env} if session else None
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                              pass_fds=session.fds if session else ())
+        observed = session.result(argv, cwd) if session else None
+    ran.stdout, ran.stderr = done.stdout, done.stderr
+    if done.returncode != 0:
+        raise Failed(argv, done.returncode, done.stdout, done.stderr)
+    listed = own or (compile.depfile.path if compile.depfile else None)
+    read = depfile.read(Path(listed)) if listed and os.path.exists(listed) else None
+    written = [roots.normal(path, cwd) for path in compile.outputs]  # looked for before they were made
+    rec = record.of(observed, read, cwd, tree, (), (scratch, store, *written), tools)
+    files = [depcheck.resolve(d, tree.bases) for d in rec.deps]
+    moved = units.changed_since(started, [source, *(f for f in files if f)])
+    if moved is None and _read_text(source) != tree.files[0].code:
+        moved = source
+    return rec, moved
+
+
+def _read_text(path: str) -> str | None:
+    from ..engine.tree import read_source
+    from ..errors import AbicacheError
+
+    try:
+        return read_source(path)
+    except AbicacheError:
+        return None
+
+
+def _stage(compile: Compile, ran: Ran, out: Path) -> None:
+    """Copy what the compile wrote and printed into the entry's stage folder."""
+    for index, path in enumerate(compile.outputs):
+        shutil.copyfile(path, out / output_name(index))
+    (out / STDOUT).write_bytes(ran.stdout or b"")
+    (out / STDERR).write_bytes(ran.stderr)

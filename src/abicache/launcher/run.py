@@ -1,0 +1,203 @@
+"""`abicache COMPILER ARGS...`: one compile served from the store, or built and kept.
+
+What it cannot cache (launcher/command.py) runs as written and is counted by reason;
+what it can is keyed as the JIT path keys an object (the source's bytes, every word of
+the command, the compiler's identity, the variables that steer it, the record scheme),
+looked up and checked as any entry (the record of what the compile read, engine/record.py),
+and on a hit its files are written where the compiler would have written them and its
+output printed again. abicache's own failures never fail a build: the compiler runs as
+written, and the reason is printed once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import command, paths
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from ..core.artifact import Artifact
+    from ..core.cache import Cache
+
+#: the entries of compiles the launcher made
+KIND = "cc.compile"
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run argv (the compiler and its words) through the cache; the compiler's exit status."""
+    from ..settings import config
+
+    cwd = logical_cwd()
+    base = paths.base_folder(config.text("ABICACHE_BASE_DIR"))
+    words = [argv[0], *paths.relative(argv[1:], cwd, base)]
+    asked = command.classify(words, os.environ)
+    if isinstance(asked, command.Uncacheable):
+        return _as_written(argv, asked.reason)
+    try:
+        return _cached(words, asked, argv, cwd, base)
+    except _Unusable as exc:
+        return _as_written(argv, exc.reason, exc.say)
+
+
+class _Unusable(Exception):
+    """The cache cannot serve this compile: it runs as written (say: a line for the user)."""
+
+    def __init__(self, reason: str, say: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.say = reason, say
+
+
+def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: str, base: str | None) -> int:
+    from ..errors import AbicacheError
+    from . import compiling
+
+    cache = _cache()
+    inputs = _inputs(cache, words, asked, cwd, base)
+    ran = compiling.Ran()
+    try:
+        found = cache.get_or_build(KIND, os.path.basename(asked.source) or "source", inputs,
+                                   compiling.builder(cache, words, asked, _code(asked), ran),
+                                   bases={"cwd": os.getcwd()})
+    except compiling.Failed as exc:
+        _print(exc.stdout, exc.stderr)
+        return exc.status
+    except (AbicacheError, OSError) as exc:
+        if ran.stdout is None:
+            raise _Unusable("store unusable", f"abicache: {exc}; compiling without the cache") from None
+        _print(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
+        sys.stderr.write(f"abicache: the object was built but not cached: {exc}\n")
+        return 0
+    if ran.stdout is not None:  # built here: the outputs are where the compiler wrote them
+        _print(ran.stdout, ran.stderr)
+        return 0
+    return _replay(found, asked, argv)
+
+
+def _cache() -> Cache:
+    from ..core.cache import Cache
+    from ..errors import AbicacheError
+
+    try:
+        cache = Cache()
+        cache.store  # opened now: a store that cannot be used is said once, here
+        return cache
+    except (AbicacheError, OSError) as exc:
+        raise _Unusable("store unusable", f"abicache: {exc}; compiling without the cache") from None
+
+
+def _inputs(cache: Cache, words: list[str], asked: command.Compile, cwd: str, base: str | None):  # noqa: ANN202
+    """The key's inputs: the source's bytes, every word after the compiler, the compiler's
+    identity and the name it runs under, the steering variables, the working directory
+    where the output embeds it."""
+    from ..core.key import Inputs
+    from ..engine import steer
+    from ..env import probes, toolid
+
+    found = toolid.which(words[0])
+    if found is None:
+        raise _Unusable("compiler not found")
+    identity = probes.identity(found, asked.family, cache.store.layout.tools)
+    if not identity:
+        raise _Unusable("compiler identity unknown")
+    extra = {**steer.key_extra(cuda=asked.family == "nvcc"), "compiler": identity,
+             "driver": os.path.basename(os.path.realpath(found)), "words": "\0".join(paths.key_words(words[1:], cwd, base)),
+             "folder": paths.key_folder(words[1:], cwd)}
+    return Inputs.make({asked.source: _code(asked)}, extra=extra)
+
+
+_codes: dict[str, str] = {}
+
+
+def _code(asked: command.Compile) -> str:
+    """The source's bytes as text (engine/tree.read_source), read once."""
+    from ..engine.tree import read_source
+    from ..errors import AbicacheError
+
+    code = _codes.get(asked.source)
+    if code is None:
+        try:
+            code = _codes[asked.source] = read_source(asked.source)
+        except AbicacheError:
+            raise _Unusable("source unreadable") from None  # the compiler says it in its own words
+    return code
+
+
+def _replay(found: Artifact, asked: command.Compile, argv: Sequence[str]) -> int:
+    """Write the entry's files where the compiler writes them (each whole, by a rename),
+    and print what it printed."""
+    from . import compiling
+
+    if any(not os.path.isdir(os.path.dirname(path) or ".") for path in asked.outputs):
+        raise _Unusable("output folder missing")  # the compiler's own error says which
+    for index, path in enumerate(asked.outputs):
+        _copy(str(found.file(compiling.output_name(index))), path)
+    _print(found.file(compiling.STDOUT).read_bytes(), found.file(compiling.STDERR).read_bytes())
+    return 0
+
+
+def _copy(source: str, target: str) -> None:
+    import shutil
+
+    temporary = f"{target}.abicache-{os.getpid()}.tmp"
+    try:
+        shutil.copyfile(source, temporary)  # a new file, its mode by the umask, as the compiler's
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _print(stdout: bytes, stderr: bytes) -> None:
+    for fd, data in ((1, stdout), (2, stderr)):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def _as_written(argv: Sequence[str], reason: str, say: str = "") -> int:
+    """Run the command unchanged (this process becomes the compiler), counted by reason."""
+    if say:
+        sys.stderr.write(say + "\n")
+    _count_uncacheable(reason)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], list(argv))
+    except OSError as exc:
+        sys.stderr.write(f"abicache: cannot run {argv[0]!r}: {exc.strerror}\n")
+        return 127
+    return 127  # not reached: execvp returns only by raising
+
+
+def _count_uncacheable(reason: str) -> None:
+    """Counted as ccache counts them; never in the way of the command."""
+    try:
+        from ..core.cache import Cache
+        from ..store import counters
+
+        store = Cache().store
+        counters.count(store, uncacheable=1, **{f"uncacheable:{reason}": 1, counters.by_kind(KIND, "uncacheable"): 1})
+        counters.flush(store)  # written now: exec replaces this process, and its exit handlers with it
+    except Exception:  # noqa: BLE001 — a store that cannot count does not stop the compile
+        pass
+
+
+def logical_cwd() -> str:
+    """The working directory as the build system names it ($PWD where it is this folder:
+    a link above it kept), which the paths it gives are made from."""
+    here = os.getcwd()
+    pwd = os.environ.get("PWD", "")
+    if pwd.startswith("/") and pwd != here:
+        try:
+            if os.path.samestat(os.stat(pwd), os.stat(here)):
+                return os.path.normpath(pwd)
+        except OSError:
+            pass
+    return here
