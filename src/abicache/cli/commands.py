@@ -468,6 +468,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launcher(args: argparse.Namespace) -> int:
+    from ..launcher import front
+
+    cache = _cache(args)
+    program, why = front.path(cache.store.layout.tools)
+    if args.json:
+        render.emit_json({"path": str(program) if program else None, "why": why or None})
+    elif program is None:
+        sys.stderr.write(f"abicache: the native front cannot be built here: {why}; "
+                         "use `abicache` itself as the launcher (every compile then starts Python)\n")
+    else:
+        print(program)
+    return 0 if program else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..settings import config
 from .._version import __version__
 from ..errors import AbicacheError, missing_extra, unwritable_store
-from . import audit_cmds, commands, config_cmds, remote_cmds
+from . import COMMANDS, audit_cmds, commands, config_cmds, remote_cmds
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -91,6 +91,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
     add.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
+    add.add_parser("launcher", parents=[common],
+                   help="build the compiler launcher's native front and print its path",
+                   description="Build the compiler launcher's native front (once per store, with the C compiler) "
+                               "and print its path: set CMAKE_CXX_COMPILER_LAUNCHER or CC/CXX to it, as for "
+                               "ccache. It serves hits by stat alone and runs `abicache COMPILER ARGS...` in "
+                               "Python for the rest (docs/launcher.md).")
     p = add.add_parser("bundle", parents=[common],
                        help="copy every variant of the named entries into a read-only store folder or a wheel "
                             "that registers it (ship prebuilt kernels)",
@@ -127,12 +133,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-#: every command, as build_parser adds them (tests/test_cli.py compares): main() makes the
-#: parser of the one it runs
-COMMANDS = ("env", "ls", "show", "explain", "gc", "check", "verify", "stats", "audit", "doctor", "demo",
-            "bundle", "stub", "push", "pull", "remote", "config", "keys")
-
-
 class _Only:
     """add_subparsers' action, making only one command's parser; the others are _Unmade."""
 
@@ -160,6 +160,7 @@ EXAMPLES = {
     "audit": "abicache audit build/libfoo.so --assume gpu.arch=sm_80",
     "doctor": "abicache doctor ~/.cache/torch_extensions",
     "demo": "abicache demo --root /tmp/abicache-demo",
+    "launcher": 'cmake -B build -DCMAKE_CXX_COMPILER_LAUNCHER="$(abicache launcher)"',
     "stub": "abicache stub cudart --functions cudaMalloc,cudaFree --out stubs/",
     "push": "abicache push --kind cc.library --remote s3://bucket/abicache?endpoint=http://minio:9000",
     "pull": "abicache pull -j 16",
@@ -227,10 +228,6 @@ def _remote_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and _launched(argv[0]):  # `abicache g++ -c x.cpp`: the compiler launcher
-        from ..launcher.run import main as launch
-
-        return launch(argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = _intermixed(parser, argv) if argv[:1] == ["config"] else parser.parse_args(argv)
     module = (audit_cmds if args.command in ("audit", "doctor", "stub")
@@ -263,20 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"abicache: error: {refused}\n")
         return EXIT_USAGE
-
-
-def _launched(word: str) -> bool:
-    """A compiler (or any program) rather than a command: a path, a compiler's name, or a
-    program PATH finds that is no command of abicache's (a typo of one stays argparse's error)."""
-    if word in COMMANDS or word.startswith("-"):
-        return False
-    from ..launcher.command import family
-
-    if "/" in word or family(word) is not None:
-        return True
-    import shutil
-
-    return shutil.which(word) is not None
 
 
 def _intermixed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -124,11 +124,15 @@ def compiler(variable: str, default: str, memo_dir: Path | None) -> str | None:
     return toolid.memoized(path, "compiler -v", _compiler_identity, memo_dir)
 
 
+#: the name each family's identity is remembered under (toolid.memoized's `what`)
+IDENTITY_MEMO = {"gcc": "compiler -v", "nvcc": "nvcc --version"}
+
+
 def identity(path: Path, family: str, memo_dir: Path | None) -> str | None:
     """The identity of the compiler at path, of a family (launcher/command.family: "gcc"
     for gcc and clang's drivers, "nvcc"): version and target, remembered by its stat."""
     compute = _nvcc_identity if family == "nvcc" else _compiler_identity
-    return toolid.memoized(path, "nvcc --version" if family == "nvcc" else "compiler -v", compute, memo_dir)
+    return toolid.memoized(path, IDENTITY_MEMO[family], compute, memo_dir)
 
 
 def _compiler_identity(path: Path) -> str:

@@ -25,7 +25,7 @@ from ..store.manifest import LISTING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Sequence
+    from typing import Any, Callable, Sequence
 
     from ..core.artifact import Artifact
     from ..core.cache import Cache
@@ -52,12 +52,24 @@ def before(cache: Cache, call: bytes, root: str, tools: Sequence[str]) -> Witnes
     name = naming.name(call, root)
     if name is None or name in _noted or set(tools) - set(TOOLS):
         return None
+    return looked_at(cache, [_word(tool) for tool in tools])
+
+
+def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]]) -> Witnesses | None:
+    """The config files and the compilers (each a word PATH finds, and the name of its
+    identity's memo: env/toolid.py) as a lookup is about to read them; None where they
+    cannot be witnessed."""
     out: Witnesses = []
     try:
-        why = _settings(cache.store, out) or _compilers(cache, tools, out)
+        why = _settings(cache.store, out) or _compilers(cache, compilers, out)
     except OSError:
         return None
     return None if why is not None else out
+
+
+def _word(tool: str) -> tuple[str, str]:
+    words = toolid.command(*TOOLS[tool])
+    return words[toolid.compiler_at(words)], "compiler -v"
 
 
 def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[str],
@@ -127,29 +139,49 @@ def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -
 
 def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools: Sequence[str],
            bases: dict[str, str], seen: Witnesses) -> str | None:
-    """Every witness is taken now and each must stand where the lookup's verdict stood: the
-    store's folders pass the trust check, the entry's files are those its stamp vouches for,
-    the build's witnesses those its stamp found current (deps_changed), the config files and
-    compilers as before() saw them. So no change between the lookup and now is recorded as
-    what the lookup found."""
-    store = cache.store
+    """Every witness is taken now and each must stand where the lookup's verdict stood
+    (witnessed()); the record is written where all have settled and the entry is not due."""
     real = os.path.realpath(root)
-    if naming.name(call, root) != name or real != os.fspath(store.root):
+    if naming.name(call, root) != name or real != os.fspath(cache.store.root):
         return "another environment or store"
+    taken = witnessed(cache, art, [_word(tool) for tool in tools], bases, seen)
+    if isinstance(taken, str):
+        return taken
+    names, deadline, witnesses, build = taken
+    data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
+                         art.manifest.build_seconds or 0.0, build, witnesses)
+    put(cache.store, record.folder(real), name, data)
+    return None
+
+
+def witnessed(cache: Cache, art: Artifact, compilers: Sequence[tuple[str, str]], bases: dict[str, str],
+              seen: Witnesses, more: Witnesses = (), unlisted: Callable[[str], bool] = lambda name: False,
+              ) -> tuple[list[str], float, Witnesses, int] | str:
+    """(the entry's names, the record's deadline, every witness, where the build's start),
+    or why no record may be written. Each witness must stand where the lookup's verdict
+    stood: the store's folders pass the trust check, the entry's files are those its stamp
+    vouches for, the build's witnesses those its stamp found current (deps_changed), the
+    config files and compilers as looked_at() saw them (seen), and `more` (the caller's:
+    a source file) as it gave them. So no change between the lookup and now is recorded
+    as what the lookup found. unlisted: names of the entry's folder neither listed nor
+    witnessed (the launcher's records leave out its stamps: launcher/records.py)."""
+    store = cache.store
     now = time.time_ns()  # before any stat: every witness must be older than a tick before it
     witnesses: Witnesses = []
     vdir = os.fspath(art.path)
     try:
-        names = os.listdir(vdir)  # the entry's names, each file among them witnessed
-        stamp = stamps.read(art.path, store.trust.ok, sorted(f.path for f in art.manifest.files), names)
+        every = os.listdir(vdir)
+        names = [n for n in every if not unlisted(n)]  # the entry's names, each file among them witnessed
+        stamp = stamps.read(art.path, store.trust.ok, sorted(f.path for f in art.manifest.files), every)
         why = _store(store, art, names, stamp, witnesses)
         if why is None:
             looked: Witnesses = []
-            why = _settings(store, looked) or _compilers(cache, tools, looked)
+            why = _settings(store, looked) or _compilers(cache, compilers, looked)
             if why is None and looked != seen:
                 why = "a config file or a compiler changed while it was looked up"
             witnesses += looked
         why = why or _code(witnesses) or _runtime(art, witnesses)
+        witnesses += more
         build = len(witnesses)
         why = why or _build(art, bases, stamps.read_deps(art.path, store.trust.ok), witnesses)
     except OSError as exc:  # something moved while it was recorded: the next lookup records it
@@ -162,10 +194,7 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     deadline = stamp.verified + cache.verify_age
     if deadline <= time.time() + 1:
         return "due"
-    data = record.encode(deadline, real, os.fspath(art.file()), vdir, names, cache.touch_interval,
-                         art.manifest.build_seconds or 0.0, build, witnesses)
-    _put(store, record.folder(real), name, data)
-    return None
+    return names, deadline, witnesses, build
 
 
 def _store(store: Any, art: Artifact, names: Sequence[str], stamp: Any, out: Witnesses) -> str | None:
@@ -228,15 +257,13 @@ def _settings(store: Any, out: Witnesses) -> str | None:
     return None
 
 
-def _compilers(cache: Cache, tools: Sequence[str], out: Witnesses) -> str | None:
+def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesses) -> str | None:
     """Each compiler of the key as PATH finds it (every place looked at before it too), and
     the memo of its identity (env/toolid.py)."""
     memo_dir = store_tools = cache.facts.memo_dir
     if store_tools is not None:
         out.append(("t", os.fspath(store_tools), _trust(os.lstat(store_tools))))
-    for tool in tools:
-        words = toolid.command(*TOOLS[tool])
-        word = words[toolid.compiler_at(words)]
+    for word, what in compilers:
         found = toolid.which(word)
         if found is None:
             return f"no {word} on PATH"
@@ -254,7 +281,7 @@ def _compilers(cache: Cache, tools: Sequence[str], out: Witnesses) -> str | None
                     except FileNotFoundError:
                         out.append(("a", candidate, (0, 0, 0, 0)))
         out.append(("s", os.fspath(found), _stat(os.stat(found))))
-        memo = toolid.memo_file(found, "compiler -v", memo_dir)
+        memo = toolid.memo_file(found, what, memo_dir)
         if memo is not None:
             try:
                 out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
@@ -331,7 +358,7 @@ def _trust(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_mode, st.st_uid, st.st_gid)
 
 
-def _put(store: Any, folder: str, name: str, data: bytes) -> None:
+def put(store: Any, folder: str, name: str, data: bytes) -> None:
     """One rename: a reader sees the old record or the new one. A record that is already
     there as it would be written is left as it is (a hit writes nothing it need not)."""
     from pathlib import Path

@@ -3,7 +3,7 @@ observer, its outputs left where the build expects them and copied into the entr
 
 The entry of one compile holds every file it wrote (`output-0` the object, then the
 files named after it, then the dependency file: Compile.outputs' order), what it printed
-(`stdout`, `stderr`: warnings are part of the result) and the record of everything its
+(`stdout`, `stderr`, where it printed anything: warnings are part of the result) and the record of everything its
 tools read and looked for (engine/record.py), as an engine-built object's. A compile that
 fails is not cached: its output and status are handed back as they were.
 """
@@ -19,50 +19,19 @@ from pathlib import Path
 from ..core.artifact import BuildResult
 from ..engine import depfile, observe, record, roots, units
 from ..engine.tree import File, Tree
-from ..errors import BuildError
 from ..store import deps as depcheck
+from .entry import STDERR, STDOUT, Failed, Ran, output_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
-
     from ..core.cache import Cache
     from .command import Compile
 
-#: the names of an entry's files besides its outputs
-STDOUT, STDERR = "stdout", "stderr"
+__all__ = ["build"]
 
 
-def output_name(index: int) -> str:
-    return f"output-{index}"
-
-
-class Failed(BuildError):
-    """The compiler failed: nothing is cached; its status and output are the launcher's."""
-
-    def __init__(self, argv: Sequence[str], status: int, stdout: bytes, stderr: bytes) -> None:
-        super().__init__(f"the compiler exited with status {status}", command=tuple(argv))
-        self.status, self.stdout, self.stderr = status, stdout, stderr
-
-
-class Ran:
-    """What the compile printed, once it has run (the launcher replays it even where the
-    entry could not be published)."""
-
-    def __init__(self) -> None:
-        self.stdout: bytes | None = None
-        self.stderr = b""
-
-
-def builder(cache: Cache, argv: Sequence[str], compile: Compile, code: str, ran: Ran):  # noqa: ANN201
-    """The builder get_or_build calls on a miss: out is the entry's stage folder."""
-    def build(out: Path) -> BuildResult:
-        return _build(cache, list(argv), compile, code, ran, out)
-
-    return build
-
-
-def _build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, out: Path) -> BuildResult:
+def build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, out: Path) -> BuildResult:
+    """Compile into place, watched; out: the entry's stage folder, which gets a copy of every output."""
     cwd = os.getcwd()
     source = roots.normal(compile.source, cwd)
     tree = Tree((File(compile.source, code, source),), {"cwd": cwd}, (), ())
@@ -123,5 +92,6 @@ def _stage(compile: Compile, ran: Ran, out: Path) -> None:
     """Copy what the compile wrote and printed into the entry's stage folder."""
     for index, path in enumerate(compile.outputs):
         shutil.copyfile(path, out / output_name(index))
-    (out / STDOUT).write_bytes(ran.stdout or b"")
-    (out / STDERR).write_bytes(ran.stderr)
+    for name, data in ((STDOUT, ran.stdout), (STDERR, ran.stderr)):
+        if data:  # none for nothing printed: an empty file would be one blob shared by every entry, whose
+            (out / name).write_bytes(data)  # ctime each new entry moves (and with it every record's witness)

@@ -18,7 +18,7 @@ from . import command, paths
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Any, Sequence
 
     from ..core.artifact import Artifact
     from ..core.cache import Cache
@@ -53,16 +53,17 @@ class _Unusable(Exception):
 
 def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: str, base: str | None) -> int:
     from ..errors import AbicacheError
-    from . import compiling
+    from . import entry
 
     cache = _cache()
     inputs = _inputs(cache, words, asked, cwd, base)
-    ran = compiling.Ran()
+    seen = _looked_at(cache, words[0], asked)
+    ran = entry.Ran()
     try:
         found = cache.get_or_build(KIND, os.path.basename(asked.source) or "source", inputs,
-                                   compiling.builder(cache, words, asked, _code(asked), ran),
+                                   _builder(cache, words, asked, ran),
                                    bases={"cwd": os.getcwd()})
-    except compiling.Failed as exc:
+    except entry.Failed as exc:
         _print(exc.stdout, exc.stderr)
         return exc.status
     except (AbicacheError, OSError) as exc:
@@ -73,8 +74,49 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
         return 0
     if ran.stdout is not None:  # built here: the outputs are where the compiler wrote them
         _print(ran.stdout, ran.stderr)
-        return 0
-    return _replay(found, asked, argv)
+        status = 0
+    else:
+        status = _replay(found, asked)
+    _note(cache, argv, asked, found, seen, built=ran.stdout is not None)
+    return status
+
+
+def _looked_at(cache: Cache, compiler: str, asked: command.Compile) -> list | None:
+    """The config files and the compiler before the lookup (a record is written only where
+    they stand the same after it: launcher/records.py)."""
+    from ..env.probes import IDENTITY_MEMO
+    from . import records
+
+    try:
+        return records.before(cache, compiler, IDENTITY_MEMO[asked.family])
+    except Exception:  # noqa: BLE001  a record only saves time
+        return None
+
+
+def _note(cache: Cache, argv: Sequence[str], asked: command.Compile, found: Artifact, seen: list | None,
+          built: bool) -> None:
+    """The hit record the native front serves the next run from (launcher/records.py)."""
+    from ..env.probes import IDENTITY_MEMO
+    from ..hits import naming
+    from . import records
+
+    root = naming.default_root()
+    if root is None or seen is None:
+        return
+    try:
+        records.note(cache, root, argv, asked, found, IDENTITY_MEMO[asked.family], seen, built)
+    except Exception:  # noqa: BLE001  a record only saves time
+        pass
+
+
+def _builder(cache: Cache, words: list[str], asked: command.Compile, ran: Any) -> Any:
+    """The miss's builder, its modules (the engine, the observer) imported only when it runs."""
+    def build(out: Any) -> Any:
+        from . import compiling
+
+        return compiling.build(cache, words, asked, _code(asked), ran, out)
+
+    return build
 
 
 def _cache() -> Cache:
@@ -126,17 +168,22 @@ def _code(asked: command.Compile) -> str:
     return code
 
 
-def _replay(found: Artifact, asked: command.Compile, argv: Sequence[str]) -> int:
+def _replay(found: Artifact, asked: command.Compile) -> int:
     """Write the entry's files where the compiler writes them (each whole, by a rename),
     and print what it printed."""
-    from . import compiling
+    from .entry import STDERR, STDOUT, output_name
 
     if any(not os.path.isdir(os.path.dirname(path) or ".") for path in asked.outputs):
         raise _Unusable("output folder missing")  # the compiler's own error says which
     for index, path in enumerate(asked.outputs):
-        _copy(str(found.file(compiling.output_name(index))), path)
-    _print(found.file(compiling.STDOUT).read_bytes(), found.file(compiling.STDERR).read_bytes())
+        _copy(str(found.file(output_name(index))), path)
+    _print(*(_printed(found, name) for name in (STDOUT, STDERR)))
     return 0
+
+
+def _printed(found: Artifact, name: str) -> bytes:
+    """What the compile printed there (an entry keeps no file for nothing printed)."""
+    return found.file(name).read_bytes() if any(f.path == name for f in found.manifest.files) else b""
 
 
 def _copy(source: str, target: str) -> None:

@@ -1,0 +1,34 @@
+"""One compile's entry as the launcher keeps it: the names of its files, what a compile
+printed, and a failed compile (the builder, compiling.py, is imported only by a miss)."""
+
+from __future__ import annotations
+
+from ..errors import BuildError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+#: the names of an entry's files besides its outputs
+STDOUT, STDERR = "stdout", "stderr"
+
+
+def output_name(index: int) -> str:
+    return f"output-{index}"
+
+
+class Failed(BuildError):
+    """The compiler failed: nothing is cached; its status and output are the launcher's."""
+
+    def __init__(self, argv: Sequence[str], status: int, stdout: bytes, stderr: bytes) -> None:
+        super().__init__(f"the compiler exited with status {status}", command=tuple(argv))
+        self.status, self.stdout, self.stderr = status, stdout, stderr
+
+
+class Ran:
+    """What the compile printed, once it has run (the launcher replays it even where the
+    entry could not be published)."""
+
+    def __init__(self) -> None:
+        self.stdout: bytes | None = None
+        self.stderr = b""
