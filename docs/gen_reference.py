@@ -15,7 +15,7 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "src"))
 
 from abicache.settings import config  # noqa: E402
-from abicache.cli.main import build_parser  # noqa: E402
+from abicache.cli.program import build_parser  # noqa: E402
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

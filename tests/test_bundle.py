@@ -15,7 +15,7 @@ import pytest
 
 from abicache import Cache, cc
 from abicache.shipping.bundle import platform_tag
-from abicache.cli.main import main
+from abicache.cli.program import main
 from abicache.values.requirements import Requirements
 from conftest import SRC, need, writer
 import shared_builds

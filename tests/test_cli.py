@@ -19,7 +19,7 @@ from conftest import SRC, need, writer
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "abicache.cli.main", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "abicache.cli.program", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 
 
@@ -117,7 +117,7 @@ def test_usage_errors_exit_2_with_help() -> None:
 
 
 def test_bad_settings_and_roots_are_clear_errors(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "abicache.cli.main", "ls"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "abicache.cli.program", "ls"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_VERIFY_AGE": "soon"})
     assert out.returncode == 2 and "ABICACHE_VERIFY_AGE='soon' is not a number of seconds" in out.stderr
     assert "Traceback" not in out.stderr
@@ -225,7 +225,7 @@ def test_a_bad_remote_setting_leaves_local_hits_working_and_env_flags_it(tmp_pat
         assert out.returncode == 0 and out.stdout.strip() == "5", out.stderr
         assert out.stderr.count("ABICACHE_REMOTE is ignored, local cache only") == 1
         assert out.stderr.startswith("abicache: ") and "AbicacheWarning" not in out.stderr  # its own format
-    shown = subprocess.run([sys.executable, "-m", "abicache.cli.main", "env", "--json"], capture_output=True,
+    shown = subprocess.run([sys.executable, "-m", "abicache.cli.program", "env", "--json"], capture_output=True,
                            text=True, env={**env, "ABICACHE_LOCK_TIMEOUT": "forever"}, timeout=120)
     assert shown.returncode == 1 and "AbicacheWarning" not in shown.stderr
     problems = json.loads(shown.stdout)["problems"]
@@ -279,7 +279,7 @@ def test_ls_fits_an_80_column_terminal(root: Path, monkeypatch) -> None:
 def test_env_flags_a_bad_observer_or_check_setting(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_DIR": str(tmp_path / "s"),
            "ABICACHE_OBSERVE": "maybe", "ABICACHE_CHECK": "often"}
-    shown = subprocess.run([sys.executable, "-m", "abicache.cli.main", "env", "--json"], capture_output=True,
+    shown = subprocess.run([sys.executable, "-m", "abicache.cli.program", "env", "--json"], capture_output=True,
                            text=True, env=env, timeout=120)
     assert shown.returncode == 1
     problems = json.loads(shown.stdout)["problems"]
@@ -296,7 +296,7 @@ def test_a_command_whose_extra_is_not_installed_names_the_pip_command(tmp_path: 
                 if name.split(".")[0] == "cryptography":
                     raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         sys.meta_path.insert(0, Missing())
-        from abicache.cli.main import main
+        from abicache.cli.program import main
         sys.exit(main(sys.argv[1:]))
     """)
     done = subprocess.run([sys.executable, "-c", code, "keys", "generate", str(tmp_path / "k")],
@@ -500,7 +500,7 @@ def test_config_files_and_their_precedence(tmp_path: Path, monkeypatch: pytest.M
 def test_every_command_has_a_description_and_an_example() -> None:
     import argparse
 
-    from abicache.cli.main import build_parser
+    from abicache.cli.program import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     lacking = [name for name, command in sub.choices.items()
@@ -513,7 +513,7 @@ def test_a_command_alone_parses_as_among_all() -> None:
     and each one's parser made alone is the one made among all (its help, its arguments)."""
     import argparse
 
-    from abicache.cli.main import COMMANDS, build_parser
+    from abicache.cli.program import COMMANDS, build_parser
 
     def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -14,7 +14,7 @@ import pytest
 import hostile
 from abicache import Cache
 from abicache.env import Facts
-from abicache.cli.main import main
+from abicache.cli.program import main
 from conftest import SRC
 
 pytest.importorskip("cuda.core.utils", reason="cuda-core is not installed (pip install 'cuda-core>=1.2' cuda-bindings)")

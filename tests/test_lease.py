@@ -274,7 +274,7 @@ def test_a_lease_that_is_not_a_believable_lease_is_taken_over_without_waiting(
 
 def test_remote_stats_counts_the_builds_in_flight(tmp_path: Path, remote: tuple[str, Raw],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, _ = remote
     holder = node(tmp_path, url, "A", 3.0)

@@ -319,7 +319,7 @@ def _fetch(tmp_path: Path, url: str, timeout: float = 60) -> dict:
 def test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there(tmp_path: Path) -> None:
     """The folder backend listed blob folders, not blob files: every manifest "named a blob
     the remote lacks", and prune deleted every entry."""
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, _ = _published(tmp_path)
     assert main(["remote", "prune", "--grace", "0s", "--root", str(tmp_path / "pruner"), "--remote", url]) == 0
@@ -330,7 +330,7 @@ def test_prune_of_a_folder_remote_keeps_entries_whose_blobs_are_there(tmp_path: 
 def test_prune_never_writes_through_a_link_in_the_marks_folder(tmp_path: Path) -> None:
     """A folder named like a digest among the blobs, a blob no manifest names, and links named
     like both digests in v2/gc/: the pruning user (often root) must create nothing outside."""
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, blob = _published(tmp_path)
     folder = Path(url.removeprefix("file://"))

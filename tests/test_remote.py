@@ -624,7 +624,7 @@ def test_remote_clients_load_only_on_a_miss(tmp_path: Path, remote: tuple[str, R
 
 def test_cli_push_pull_remote_keys(tmp_path: Path, remote: tuple[str, Raw],
                                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, raw = remote
 
@@ -671,7 +671,7 @@ def test_pull_reports_refusals_once_per_kind_in_its_own_words(tmp_path: Path, re
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Unsigned entries pulled where keys are trusted: each row says why, one summary line per
     kind of refusal, and no warning in Python's file:line format (it printed 13, named '?')."""
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, _ = remote
     ci = Cache(tmp_path / "CI", remote=False)
@@ -697,7 +697,7 @@ def test_pull_reports_refusals_once_per_kind_in_its_own_words(tmp_path: Path, re
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     code = main([*argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
@@ -720,7 +720,7 @@ def test_parallel_push_and_pull_move_every_entry_once(tmp_path: Path, remote: tu
         got = node.get_or_build("test", f"k{n}", {"extra": {"n": n}}, never)
         assert got.file("f.bin").read_bytes() == data
     assert verify_store(node.store, full=True).clean
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     with pytest.raises(SystemExit):  # argparse's usage error
         main(["push", "--jobs", "0"])
@@ -902,7 +902,7 @@ def test_odd_names_on_the_remote_do_not_break_stats_or_prune(tmp_path: Path, rem
 
 
 def test_prune_options_belong_to_prune(tmp_path: Path, remote: tuple[str, Raw]) -> None:
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, _ = remote
     assert main(["remote", "--max-age", "1d", "--remote", url, "--root", str(tmp_path)]) == 2
@@ -958,7 +958,7 @@ def test_bundle_from_the_remote_serves_a_machine_without_the_remote(tmp_path: Pa
     """`abicache bundle --remote` from every engine (file:// included): the entries CI pushed,
     packed into a read-only store that serves a machine with no remote and no builder."""
     from abicache.shipping import tiers
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     url, _ = remote
     Cache(tmp_path / "CI", remote=url).get_or_build("test", "shipped", {"extra": {}}, writer({"f.bin": b"ci's"}))

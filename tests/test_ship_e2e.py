@@ -85,7 +85,7 @@ def test_a_matrix_pushes_the_last_job_bundles_a_wheel_and_a_user_without_a_compi
     assert job2.stdout.split() == ["remote", "built"]  # the C library: the 3.11 job's, the same for every Python
 
     dist = tmp_path / "dist"
-    bundled = _run(sys.executable, "from abicache.cli.main import main; raise SystemExit(main())",
+    bundled = _run(sys.executable, "from abicache.cli.program import main; raise SystemExit(main())",
                    {**servers.CREDENTIALS, "ABICACHE_DIR": str(tmp_path / "bundler-store")},
                    "bundle", "--remote", remote, "--wheel", "mylib-kernels==1.0", "--out", str(dist), "--json",
                    "adder", "ship_pyext", "ship_stable", "twice")
@@ -108,7 +108,7 @@ def test_a_matrix_pushes_the_last_job_bundles_a_wheel_and_a_user_without_a_compi
     assert used.returncode == 0, used.stderr[-3000:]
     assert json.loads(used.stdout.splitlines()[-1]) == {"origins": ["tier", "tier", "tier"], "add": 42, "ext": 42,
                                                         "op": [7.0, 7.0, 7.0]}
-    stats = _run(user, "from abicache.cli.main import main; raise SystemExit(main())", no_compiler,
+    stats = _run(user, "from abicache.cli.program import main; raise SystemExit(main())", no_compiler,
                  "stats", "--json")
     counts = json.loads(stats.stdout)["counts"]
     assert counts["builds"] == 0 and counts["hits_read_only"] >= 3, counts  # zero compiles: the wheel's store served them

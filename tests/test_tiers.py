@@ -176,7 +176,7 @@ def test_explain_lists_each_read_only_variant_and_why_it_does_not_load(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The trace when nothing fits: one row per shipped variant, with what it lacks here."""
     from abicache import Cache
-    from abicache.cli.main import main
+    from abicache.cli.program import main
 
     built = Cache(tmp_path / "maintainer").for_target({"python.abi": "cp399"})
     built.get_or_build("t", "x", {"extra": {"n": "1"}}, lambda out: (out / "f").write_bytes(b"x"),

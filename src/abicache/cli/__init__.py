@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..launcher.run import main as launch
 
         return launch(argv)
-    from .main import main as commands
+    from .program import main as commands
 
     return commands(argv)
 

@@ -80,7 +80,7 @@ def import_root() -> Path:
 def _spawn(cache: Cache, key: str, fds: list[int]) -> None:
     import subprocess
 
-    code = f"import sys; sys.path.insert(0, {str(import_root())!r}); from abicache.cli.main import main; " \
+    code = f"import sys; sys.path.insert(0, {str(import_root())!r}); from abicache.cli.program import main; " \
            "sys.exit(main())"
     private = cache.store.layout.tmp
     cache.store.make_dir(private)

@@ -1,5 +1,6 @@
-"""abicache command line: env, ls, show, explain, gc, check, verify, stats, audit, doctor, stub,
-push, pull, remote, keys, demo.
+"""The `abicache` commands: env, ls, show, explain, gc, check, verify, stats, audit, doctor, stub,
+push, pull, remote, keys, demo, launcher (a compile, `abicache g++ ...`, never comes here:
+cli/__init__.py hands it to the launcher).
 
 Exit codes: 0 success; 1 the command found a problem (verify found damage,
 explain found a miss, show found nothing); 2 usage or configuration error.
