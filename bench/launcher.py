@@ -110,7 +110,7 @@ def generated(folder: Path, units: int = 60) -> Path:
     (folder / "include").mkdir()
     (folder / "include" / "common.h").write_text("#pragma once\n#include <map>\n#include <string>\n#include <vector>\n")
     for i in range(units):
-        (folder / "src" / f"u{i}.cpp").write_text(f'#include "common.h"\n' + UNIT.replace("RUN", str(i)))
+        (folder / "src" / f"u{i}.cpp").write_text('#include "common.h"\n' + UNIT.replace("RUN", str(i)))
     names = " ".join(f"src/u{i}.cpp" for i in range(units))
     (folder / "CMakeLists.txt").write_text(f"cmake_minimum_required(VERSION 3.16)\nproject(gen CXX)\n"
                                            f"add_library(gen STATIC {names})\n"

@@ -105,6 +105,16 @@ class Getting:
         a cross build (a cubin for sm_90 compiled on a machine without that GPU)."""
         return self._view(facts=self.facts.with_overrides(overrides))
 
+    def unaudited(self, kind: str) -> Getting:
+        """The same store for files only a linker reads (object files): no audit, no requirements
+        (their key holds the compiler's identity and target); the audit summary names `kind`."""
+        views = self.__dict__.setdefault("_unaudited", {})
+        view = views.get(kind)
+        if view is None:
+            view = views[kind] = self._view(audit=lambda stage, paths, declared, facts: (Requirements(),
+                                                                                          {"kind": kind}))
+        return view
+
     def _view(self, **changes: Any) -> Getting:
         import copy
 

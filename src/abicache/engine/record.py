@@ -174,8 +174,15 @@ def _program_sha(path: str, memo_dir: Path | None) -> str:
     from ..env import toolid
     from ..store import blobs
 
+    from ..store import deps
+
+    before = os.stat(path)
     sha = toolid.memoized(P(path), "sha256", lambda p: blobs.hash_file(p)[0], memo_dir)
-    return sha or trees.dependency(path, {}).sha256
+    if sha is None:
+        return trees.dependency(path, {}).sha256
+    if deps.witness(os.stat(path)) == deps.witness(before):  # the check after the build need not hash it again
+        deps.learn(path, deps.witness(before), sha)
+    return sha
 
 
 def _grouped(missing: Iterable[str], bases: Mapping[str, str]) -> tuple[list[Absent], str]:

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 from ..errors import AbicacheError, BuildError
 from ..core.key import Inputs
-from ..values.requirements import Requirements
 from ..store import blobs, deps as depcheck, lock
 from . import depfile, interrupt, observe, pool, record, roots
 from . import tree as trees
@@ -363,11 +362,7 @@ def _inline_include(job: Job, scratch: str) -> list[str]:
 def objects_of(cache: Cache) -> Cache:
     """The cache as objects use it: an object file needs no audit (the key
     holds the compiler's identity and target, and only a linker reads it)."""
-    view = cache.__dict__.get("_objects_view")
-    if view is None:
-        view = cache._view(audit=lambda stage, paths, declared, facts: (Requirements(), {"kind": "object"}))
-        cache.__dict__["_objects_view"] = view
-    return view
+    return cache.unaudited("object")
 
 
 def _compile(argv: list[str], unit: File, path: str, target: Path, tail: list[str], job: Job, ctx: _Context,

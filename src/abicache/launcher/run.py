@@ -60,7 +60,7 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
     seen = _looked_at(cache, words[0], asked)
     ran = entry.Ran()
     try:
-        found = cache.get_or_build(KIND, os.path.basename(asked.source) or "source", inputs,
+        found = cache.unaudited("object").get_or_build(KIND, os.path.basename(asked.source) or "source", inputs,
                                    _builder(cache, words, asked, ran),
                                    bases={"cwd": os.getcwd()})
     except entry.Failed as exc:
