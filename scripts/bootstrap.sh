@@ -37,8 +37,12 @@ command -v c++ >/dev/null 2>&1 || apt_packages+=(g++)
 if [ "$TEST" = 1 ]; then
   # redis-server: the remote tier's tests run against a real one on 127.0.0.1
   command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
-  # ccache: a real compiler wrapper ($CXX="ccache g++"), whose compiler abicache must see through
+  # ccache: a real compiler wrapper ($CXX="ccache g++"), whose compiler abicache must see through,
+  # and the compiler launcher's peer; make, CMake and ninja: the builds the launcher serves
   command -v ccache >/dev/null 2>&1 || apt_packages+=(ccache)
+  command -v make >/dev/null 2>&1 || apt_packages+=(make)
+  command -v cmake >/dev/null 2>&1 || apt_packages+=(cmake)
+  command -v ninja >/dev/null 2>&1 || apt_packages+=(ninja-build)
   # llvm-readobj: LLVM's reader of AMDGPU code objects, the reference the AMD audit is checked against
   command -v llvm-readobj >/dev/null 2>&1 || apt_packages+=(llvm)
   # clang's HIP toolchain (clang, lld, clang-offload-bundler): a real host library with an AMD

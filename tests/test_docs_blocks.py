@@ -9,7 +9,8 @@ A block can say, in HTML comments on the lines just above it (invisible on the
 rendered page):
     <!-- docs-test: skip REASON -->    not run; REASON is shown as the skip reason
     <!-- docs-test: needs TOOL -->     skipped, with the reason, where TOOL is absent
-                                       (torch, triton, tvm_ffi, cuda_core, nvcc, nvrtc, cudart, cuda12, gpu)
+                                       (torch, triton, tvm_ffi, cuda_core, nvcc, nvrtc, cudart, cuda12, gpu,
+                                       make, cmake, ninja, g++)
     <!-- docs-test: cwd PATH -->       run in PATH (inside the scratch folder)
 """
 
@@ -100,6 +101,8 @@ def missing(tool: str) -> str | None:
         except Exception as exc:  # noqa: BLE001 - any reason it cannot load is the reason to skip
             return f"{tool} cannot be loaded: {str(exc).splitlines()[0]}"
         return None
+    if tool in ("make", "cmake", "ninja", "g++"):  # programs a block runs
+        return None if shutil.which(tool) else f"{tool} is not installed"
     raise AssertionError(f"unknown docs-test need {tool!r}")
 
 

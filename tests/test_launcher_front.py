@@ -205,3 +205,27 @@ def test_the_front_is_this_users_alone(front: Path) -> None:
     for path in (front, front.parent):
         st = os.lstat(path)
         assert st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_a_link_named_after_the_compiler_is_its_launcher(front: Path, tmp_path: Path) -> None:
+    """Masquerading, as /usr/lib/ccache: `abicache launcher --links` holds g++ -> the front; run as
+    CXX=LINKS/g++ (torch's BuildExtension takes one word), it launches the first other g++ on PATH."""
+    links = Path(subprocess.run([sys.executable, "-m", "abicache", "launcher", "--links"], capture_output=True,
+                                text=True, env=environment(), check=True).stdout.strip())
+    assert (links / "g++").resolve() == front.resolve()
+    folder = project(tmp_path / "p")
+    words = [str(links / "g++"), *WORDS[1:]]
+    env = environment(PATH=f"{links}:{os.environ['PATH']}")  # first on PATH too: it must not find itself
+    first = subprocess.run(words, cwd=folder, env=env, capture_output=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    made = (folder / "unit.o").read_bytes()
+    (folder / "unit.o").unlink()
+    for _ in range(100):
+        served = subprocess.run([str(front), "--abicache-serve-only", shutil.which("g++"), *WORDS[1:]], cwd=folder,
+                                env=env, capture_output=True)
+        if served.returncode == 0:
+            break
+        time.sleep(0.05)
+    assert served.returncode == 0 and (folder / "unit.o").read_bytes() == made
+    lonely = subprocess.run([str(links / "g++"), "--version"], env={**env, "PATH": str(links)}, capture_output=True)
+    assert lonely.returncode == 127 and b"no g++ on PATH but this launcher" in lonely.stderr

@@ -473,13 +473,15 @@ def cmd_launcher(args: argparse.Namespace) -> int:
 
     cache = _cache(args)
     program, why = front.path(cache.store.layout.tools)
+    links = program.parent / front.LINKS if program else None
     if args.json:
-        render.emit_json({"path": str(program) if program else None, "why": why or None})
+        render.emit_json({"path": str(program) if program else None, "links": str(links) if links else None,
+                          "why": why or None})
     elif program is None:
         sys.stderr.write(f"abicache: the native front cannot be built here: {why}; "
                          "use `abicache` itself as the launcher (every compile then starts Python)\n")
     else:
-        print(program)
+        print(links if args.links else program)
     return 0 if program else 1
 
 

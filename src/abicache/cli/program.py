@@ -92,12 +92,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="folders to scan (default: torch_extensions, tvm-ffi, triton, flashinfer caches)")
     add.add_parser("demo", parents=[common], help="build, cache and load a C++ library and a module")
-    add.add_parser("launcher", parents=[common],
-                   help="build the compiler launcher's native front and print its path",
-                   description="Build the compiler launcher's native front (once per store, with the C compiler) "
-                               "and print its path: set CMAKE_CXX_COMPILER_LAUNCHER or CC/CXX to it, as for "
-                               "ccache. It serves hits by stat alone and runs `abicache COMPILER ARGS...` in "
-                               "Python for the rest (docs/launcher.md).")
+    p = add.add_parser("launcher", parents=[common],
+                       help="build the compiler launcher's native front and print its path",
+                       description="Build the compiler launcher's native front (once per store, with the C "
+                                   "compiler) and print its path: set CMAKE_CXX_COMPILER_LAUNCHER or CC/CXX to it, "
+                                   "as for ccache. It serves hits by stat alone and runs `abicache COMPILER ARGS...` "
+                                   "in Python for the rest (docs/guides/launcher.md).")
+    p.add_argument("--links", action="store_true",
+                   help="print the folder of links named after compilers (g++, gcc, nvcc, ...) instead: first on "
+                        "PATH, or as CXX=FOLDER/g++, each is that compiler's launcher (as /usr/lib/ccache)")
     p = add.add_parser("bundle", parents=[common],
                        help="copy every variant of the named entries into a read-only store folder or a wheel "
                             "that registers it (ship prebuilt kernels)",

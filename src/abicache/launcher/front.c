@@ -14,6 +14,9 @@
  * full way. So the front can only ever be slower, never wrong: what it serves is what the
  * Python launcher would serve.
  *
+ * Run as a link named after a compiler (`g++ ARGS...`: `abicache launcher --links` makes them),
+ * it is that compiler's launcher, as ccache is through /usr/lib/ccache.
+ *
  * `front --abicache-serve-only COMPILER ARGS...` exits 75 instead of running Python (the
  * tests' way to see which one served), and `front --abicache-name ...` prints the name.
  */
@@ -451,7 +454,36 @@ static int hand_over(char **argv) {
     return 127;
 }
 
+/* Masquerading (as ccache's /usr/lib/ccache): run as a link named after a compiler (`g++`, put
+ * first on PATH, or named by CXX), the compiler is the first program of that name on PATH that
+ * is not this one. */
+static int find_real(const char *name, char *out, size_t size) {
+    char self[PATH_MAX], candidate[PATH_MAX], real[PATH_MAX];
+    const char *path = getenv("PATH");
+    if (!realpath("/proc/self/exe", self) || !path) return -1;
+    for (const char *at = path; ; at = strchr(at, ':') + 1) {
+        size_t n = strcspn(at, ":");
+        if (snprintf(candidate, sizeof candidate, "%.*s/%s", (int)n, n ? at : ".", name) < (int)sizeof candidate &&
+            access(candidate, X_OK) == 0 && realpath(candidate, real) && strcmp(real, self) != 0) {
+            struct stat st;
+            if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode)) return snprintf(out, size, "%s", candidate) < (int)size ? 0 : -1;
+        }
+        if (!at[n]) return -1;
+    }
+}
+
 int main(int argc, char **argv) {
+    const char *called = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (strcmp(called, "abicache-launch") != 0) {  /* a link named after a compiler */
+        static char real[PATH_MAX];
+        if (find_real(called, real, sizeof real) != 0) {
+            fprintf(stderr, "abicache: no %s on PATH but this launcher (%s)\n", called, argv[0]);
+            return 127;
+        }
+        argv[0] = real;
+        if (serve(argv) == 0) return 0;
+        return hand_over(argv);
+    }
     if (argc > 1 && strcmp(argv[1], "--abicache-name") == 0) {
         char root[PATH_MAX], name[65];
         if (argc < 3 || default_root(root, sizeof root) != 0 || record_name(root, argv + 2, name) != 0) return 1;

@@ -22,6 +22,9 @@ from .._version import __version__
 
 SOURCE = Path(__file__).with_name("front.c")
 PROGRAM = "abicache-launch"
+#: the folder of links named after compilers, each the front (PATH="$(abicache launcher --links):$PATH")
+LINKS = "bin"
+COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc")
 #: the folder abicache is imported from (the miss runs `python -c "... from abicache.cli import main"`)
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -83,6 +86,10 @@ def _build(source: bytes, header: bytes, folder: Path, compiler: str) -> tuple[P
         os.chmod(staged, 0o755)  # whatever the umask
         os.chmod(out, 0o555)
         os.replace(out, staged / PROGRAM)
+        (staged / LINKS).mkdir(mode=0o755)
+        os.chmod(staged / LINKS, 0o755)
+        for name in COMPILERS:  # a link named after a compiler is that compiler's launcher (masquerading)
+            os.symlink(f"../{PROGRAM}", staged / LINKS / name)
         try:
             os.rename(staged, folder)  # atomic: another process may have won, with the same bytes
         except OSError:
