@@ -8,7 +8,9 @@ system folder, a header that shadows or appears, a response file, .incbin
 data, a link input), builds again, and loads the result in a fresh process.
 STALE: the answer is the old build's. ccache caches compiles only (each
 source with `ccache $CXX -c`, then a plain link): the link inputs are not its
-to get wrong ("n/a").
+to get wrong ("n/a"). The compiler launcher (`$(abicache launcher) $CXX -c`) is built and
+linked the same way, each compile served by its native front from a hit record before the
+change (else "never served": Python judged it).
 
     python bench/fidelity.py      # exits 1 if abicache serves a stale build in any case
 """
@@ -358,20 +360,54 @@ def _ccache(proj: Path, ccache_dir: Path, sources: list[str], case: Case, env: d
     return int(out.stdout.strip())
 
 
-TOOLS = ("abicache", "abicache, hit records", "ccache")
+_fronts: dict[str, str] = {}  # store -> its launcher front (abicache launcher)
+
+
+def _launcher(proj: Path, store: Path, sources: list[str], case: Case, env: dict[str, str]) -> int:
+    """The compiler launcher (`$(abicache launcher) $CXX -c`, as CMAKE_CXX_COMPILER_LAUNCHER), then a
+    plain link, as ccache's column. Before the change: compiles again until the native front serves
+    every one from its hit record; after it: one build, which the front must not serve stale."""
+    full = {**base_env(), "ABICACHE_DIR": str(store), "ABICACHE_PROGRESS": "0", **_placed(proj, env)}
+    front = _fronts.get(str(store))
+    if front is None:
+        made = subprocess.run([sys.executable, "-m", "abicache", "launcher"], env=full, capture_output=True,
+                              text=True, check=True)
+        front = _fronts[str(store)] = made.stdout.strip()
+    cxx = full.get("CXX", "c++").split()
+    commands = [[*cxx, "-fPIC", "-O2", *_placed(proj, case.cflags), "-c", src, "-o", str(proj / f"obj{i}.o")]
+                for i, src in enumerate(sources)]
+    for words in commands:
+        subprocess.run([front, *words], cwd=proj, env=full, check=True, capture_output=True)
+    if not _changed.get(case.name, False):
+        served = False
+        for _ in range(40):  # a miss leaves its record to a child
+            served = all(subprocess.run([front, "--abicache-serve-only", *words], cwd=proj, env=full,
+                                        capture_output=True).returncode == 0 for words in commands)
+            if served:
+                break
+            time.sleep(0.05)
+        _served[f"launcher:{case.name}"] = _served.get(f"launcher:{case.name}", False) or served
+    lib = proj / "libx.so"
+    subprocess.run(["c++", "-shared", *(str(proj / f"obj{i}.o") for i in range(len(sources))), "-o", str(lib),
+                    *case.ldflags], cwd=proj, env=full, check=True, capture_output=True)
+    out = subprocess.run([sys.executable, "-c", LOAD, str(lib)], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+TOOLS = ("abicache", "abicache, hit records", "launcher", "ccache")
 
 
 def run_case(work: Path, case: Case) -> dict[str, str]:
     row = {}
     for tool in TOOLS:
-        if tool == "ccache" and (case.links_only or not shutil.which("ccache")):
+        if tool in ("ccache", "launcher") and case.links_only or tool == "ccache" and not shutil.which("ccache"):
             row[tool] = "n/a"
             continue
         proj = work / f"{tool.replace(', ', '-').replace(' ', '-')}-{abs(hash(case.name))}"
         sources = _project(proj, case)
         if case.setup is not None:
             case.setup(proj)
-        build = {"abicache": lambda *a: int(_abicache(*a)["value"]), "ccache": _ccache,
+        build = {"abicache": lambda *a: int(_abicache(*a)["value"]), "ccache": _ccache, "launcher": _launcher,
                  "abicache, hit records": _abicache_load}[tool]
         _changed[case.name] = False
         cache_dir = work / f"{tool}-store-{abs(hash(case.name))}"
@@ -387,6 +423,8 @@ def run_case(work: Path, case: Case) -> dict[str, str]:
         row[tool] = "ok" if got == case.fresh else "STALE"
         if tool == "abicache, hit records" and not _served.get(case.name):
             row[tool] += " (never served)"  # the record was not written: this row tests the full lookup
+        if tool == "launcher" and not _served.get(f"launcher:{case.name}"):
+            row[tool] += " (never served)"  # the front did not serve it before the change: Python judged it
     return row
 
 
@@ -402,19 +440,21 @@ def main() -> int:
         for folder in [work, *_MADE]:
             shutil.rmtree(folder, ignore_errors=True)
     table = Table(title="Fidelity: the answer after a change a fresh build sees (fresh processes)")
-    for column in ("case", "abicache", "abicache: load_library, hit records", "ccache (direct mode) + plain link"):
+    for column in ("case", "abicache", "abicache: load_library, hit records",
+                   "abicache launcher (native front) + plain link", "ccache (direct mode) + plain link"):
         table.add_column(column)
     for name, row in rows.items():
         table.add_row(name, *(row[tool] for tool in TOOLS))
     stale = {tool: sum(r[tool].startswith("STALE") for r in rows.values()) for tool in TOOLS}
     table.add_row("stale builds served", *(str(stale[tool]) for tool in TOOLS))
     never = sum("never served" in r["abicache, hit records"] for r in rows.values())
-    table.add_row("records that never served before the change", "", str(never), "")
+    never_front = sum("never served" in r["launcher"] for r in rows.values())
+    table.add_row("records that never served before the change", "", str(never), str(never_front), "")
     Console(width=140).print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fidelity.json").write_text(json.dumps({"cases": rows, "stale": stale,
                                                        "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
-    return 1 if stale["abicache"] or stale["abicache, hit records"] else 0
+    return 1 if stale["abicache"] or stale["abicache, hit records"] or stale["launcher"] else 0
 
 
 if __name__ == "__main__":
