@@ -98,7 +98,11 @@ def per_compile(work: Path, launchers: dict[str, list[str]], runs: int) -> dict[
         for index, (name, before) in enumerate(launchers.items()):
             if before:
                 times.setdefault(f"hit: {name}", []).append(wall_ms([*before, *words], work / "unit", env))
-            miss = [*before, words[0], f"-DRUN={1 + n * len(launchers) + index}", *words[1:]]
+            run = 1 + n * len(launchers) + index
+            # its own output names: a depfile the same as the hit's would be one blob of both entries,
+            # whose ctime each new entry moves (the hit's record would then hand it to Python)
+            miss = [*before, words[0], f"-DRUN={run}", "-O2", "-c", "unit.cpp", "-o", f"miss{run}.o",
+                    "-MD", "-MF", f"miss{run}.d"]
             times.setdefault(f"miss: {name}", []).append(wall_ms(miss, work / "unit", env))
         time.sleep(0.1)  # the records misses leave to children: not measured in the next run
     return {name: statistics.median(t) for name, t in times.items()}

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC, need
+from remote_fixtures import s3_endpoint  # noqa: F401  (the fixture a fleet's remote asks for)
 
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
@@ -244,3 +245,40 @@ def test_nvcc_compiles_are_cached_without_a_gpu(tmp_path: Path) -> None:
     assert (folder / "kernel.o").read_bytes() == made
     counts = stats()
     assert (counts["builds"], counts["hits_local"]) == (1, 1)
+
+
+@pytest.fixture
+def fleet_remote(request: pytest.FixtureRequest) -> str:
+    import remote_fixtures
+
+    url, _ = remote_fixtures.make_remote(request, "s3")
+    return url
+
+
+def test_a_fleet_building_one_project_at_once_compiles_each_unit_once(tmp_path: Path, fleet_remote: str) -> None:
+    """Four machines (stores of their own, one SeaweedFS remote with leases), each a clone of the
+    project at its own path under the base folder, run `make -j2` at the same moment: each unit is
+    compiled once in the fleet, and every machine has the same objects."""
+    need("make")
+    units = [f"u{i}" for i in range(6)]
+    machines = []
+    for m in range(4):
+        folder = project(tmp_path / f"machine{m}" / "clone")
+        for unit in units:
+            (folder / "src" / f"{unit}.cpp").write_text(
+                f'#include "common.h"\nint {unit}() {{ volatile int x = COMMON; for (int i = 0; i < 1000; i++) '
+                f'x += i; return x; }}\n')
+        objects = " ".join(f"src/{u}.o" for u in units)
+        (folder / "Makefile").write_text(f"all: {objects}\n%.o: %.cpp\n\t$(CXX) -Iinclude -O2 -c $< -o $@\n")
+        machines.append(folder)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "ABICACHE_REMOTE": fleet_remote, "ABICACHE_BASE_DIR": str(tmp_path)}
+    cxx = f"{sys.executable} -m abicache g++"
+    procs = [subprocess.Popen(["make", "-s", "-j2", f"CXX={cxx}"], cwd=folder, stderr=subprocess.PIPE,
+                              env={**env, "ABICACHE_DIR": str(folder.parent / "store"), "PWD": str(folder)})
+             for folder in machines]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    builds = sum(stats(ABICACHE_DIR=str(folder.parent / "store"))["builds"] for folder in machines)
+    assert builds == len(units)
+    for unit in units:
+        assert len({(folder / "src" / f"{unit}.o").read_bytes() for folder in machines}) == 1

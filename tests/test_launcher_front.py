@@ -229,3 +229,22 @@ def test_a_link_named_after_the_compiler_is_its_launcher(front: Path, tmp_path: 
     assert served.returncode == 0 and (folder / "unit.o").read_bytes() == made
     lonely = subprocess.run([str(links / "g++"), "--version"], env={**env, "PATH": str(links)}, capture_output=True)
     assert lonely.returncode == 127 and b"no g++ on PATH but this launcher" in lonely.stderr
+
+
+def test_the_front_knows_a_compiler_by_the_names_the_launcher_does(tmp_path: Path) -> None:
+    """A link is that compiler's launcher where launcher/command.py family() knows its name; any
+    other name (the front's own, a link named `launcher`) is the launcher, the compiler after it."""
+    from abicache.launcher.command import family
+
+    source = (SRC / "abicache" / "launcher" / "front.c").read_text()
+    harness = source.replace("int main(int argc, char **argv) {", "int front_main(int argc, char **argv) {") + (
+        '\nint main(int argc, char **argv) { for (int i = 1; i < argc; i++) printf("%d", compiler_name(argv[i]));'
+        " return 0; }\n")
+    (tmp_path / "names.c").write_text(harness)
+    subprocess.run(["cc", '-DABICACHE_VERSION="x"', '-DABICACHE_PYTHON="x"', '-DABICACHE_PATH="x"', "-o",
+                    str(tmp_path / "names"), str(tmp_path / "names.c")], check=True)
+    names = ["gcc", "g++", "cc", "c++", "clang", "clang++", "nvcc", "x86_64-linux-gnu-g++-12", "clang-17", "gcc-12.2",
+             "c++-12", "clang++-17.0.1", "g++-", "launcher", "abicache-launch", "ccache", "ld", "cc1plus", "my-cc",
+             "mycc", "12", "icc", "distcc"]
+    said = subprocess.run([str(tmp_path / "names"), *names], capture_output=True, text=True, check=True).stdout
+    assert {n: s == "1" for n, s in zip(names, said)} == {n: family(n) is not None for n in names}

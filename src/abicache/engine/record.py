@@ -114,7 +114,7 @@ def _split(files: list[str], programs: list[str], bases: Mapping[str, str],
             deps.append(_program(path, bases, memo_dir) if path in programs else trees.dependency(path, bases))
             continue
         folder, _, name = path.rpartition("/")
-        sha = _program_sha(path, memo_dir) if path in programs else trees.dependency(path, bases).sha256
+        sha = _memoized_sha(path, memo_dir)  # a system file: remembered by its stat, as a program is
         groups.setdefault(folder, []).append((name, sha))
     system = []
     for folder, entries in sorted(groups.items()):
@@ -163,12 +163,13 @@ def _regular(path: str) -> bool:
 
 def _program(path: str, bases: Mapping[str, str], memo_dir: Path | None) -> Dependency:
     base, rel = trees.locate(path, bases)
-    return Dependency(base, rel, _program_sha(path, memo_dir))
+    return Dependency(base, rel, _memoized_sha(path, memo_dir))
 
 
-def _program_sha(path: str, memo_dir: Path | None) -> str:
-    """A program that ran, by its bytes: hashed once per version of it (a
-    compiler proper is tens of MB), remembered by its stat under the store's tools/."""
+def _memoized_sha(path: str, memo_dir: Path | None) -> str:
+    """A program that ran or a system file, by its bytes: hashed once per version of it (a
+    compiler proper is tens of MB; a system's headers are hashed by every compile that reads
+    them), remembered by its stat under the store's tools/."""
     from pathlib import Path as P
 
     from ..env import toolid

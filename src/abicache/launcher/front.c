@@ -472,9 +472,29 @@ static int find_real(const char *name, char *out, size_t size) {
     }
 }
 
+/* launcher/command.py family(): gcc, g++, cc, c++, clang, clang++ (a target prefix, a version
+ * suffix: x86_64-linux-gnu-g++-12, clang-17) or nvcc */
+static int compiler_name(const char *name) {
+    static const char *const known[] = {"clang++", "clang", "g++", "gcc", "c++", "cc"};
+    char stem[256];
+    if (strcmp(name, "nvcc") == 0) return 1;
+    if (snprintf(stem, sizeof stem, "%s", name) >= (int)sizeof stem) return 0;
+    size_t n = strlen(stem);
+    if (n && stem[n - 1] >= '0' && stem[n - 1] <= '9') {
+        while (n && ((stem[n - 1] >= '0' && stem[n - 1] <= '9') || stem[n - 1] == '.')) stem[--n] = '\0';
+        while (n && stem[n - 1] == '-') stem[--n] = '\0';
+    }
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        size_t k = strlen(known[i]);
+        if (strcmp(stem, known[i]) == 0 || (n > k && stem[n - k - 1] == '-' && strcmp(stem + n - k, known[i]) == 0))
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *called = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-    if (strcmp(called, "abicache-launch") != 0) {  /* a link named after a compiler */
+    if (compiler_name(called)) {  /* a link named after a compiler */
         static char real[PATH_MAX];
         if (find_real(called, real, sizeof real) != 0) {
             fprintf(stderr, "abicache: no %s on PATH but this launcher (%s)\n", called, argv[0]);

@@ -41,6 +41,8 @@ def main(argv: Sequence[str]) -> int:
         return _cached(words, asked, argv, cwd, base)
     except _Unusable as exc:
         return _as_written(argv, exc.reason, exc.say)
+    except KeyboardInterrupt:  # make's Ctrl-C reached the compiler too: no traceback of ours
+        return 130
 
 
 class _Unusable(Exception):
@@ -59,26 +61,25 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
     inputs = _inputs(cache, words, asked, cwd, base)
     seen = _looked_at(cache, words[0], asked)
     ran = entry.Ran()
+    name = os.path.basename(asked.source) or "source"
     try:
-        found = cache.unaudited("object").get_or_build(KIND, os.path.basename(asked.source) or "source", inputs,
-                                   _builder(cache, words, asked, ran),
-                                   bases={"cwd": os.getcwd()})
+        found = cache.unaudited("object").get_or_build(KIND, name, inputs, _builder(cache, words, asked, ran),
+                                                       bases={"cwd": os.getcwd()})
+        if ran.stdout is None:  # a hit: its files where the compiler writes them
+            _replay(found, asked)
     except entry.Failed as exc:
         _print(exc.stdout, exc.stderr)
         return exc.status
     except (AbicacheError, OSError) as exc:
-        if ran.stdout is None:
-            raise _Unusable("store unusable", f"abicache: {exc}; compiling without the cache") from None
+        if ran.stdout is None:  # nothing ran yet: the compiler runs as written
+            raise _Unusable("abicache error", f"abicache: {exc}; compiling without the cache") from None
         _print(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
         sys.stderr.write(f"abicache: the object was built but not cached: {exc}\n")
         return 0
     if ran.stdout is not None:  # built here: the outputs are where the compiler wrote them
         _print(ran.stdout, ran.stderr)
-        status = 0
-    else:
-        status = _replay(found, asked)
     _note(cache, argv, asked, found, seen, built=ran.stdout is not None)
-    return status
+    return 0
 
 
 def _looked_at(cache: Cache, compiler: str, asked: command.Compile) -> list | None:
@@ -146,8 +147,8 @@ def _inputs(cache: Cache, words: list[str], asked: command.Compile, cwd: str, ba
     if not identity:
         raise _Unusable("compiler identity unknown")
     extra = {**steer.key_extra(cuda=asked.family == "nvcc"), "compiler": identity,
-             "driver": os.path.basename(os.path.realpath(found)), "words": "\0".join(paths.key_words(words[1:], cwd, base)),
-             "folder": paths.key_folder(words[1:], cwd)}
+             "driver": os.path.basename(os.path.realpath(found)),
+             "words": "\0".join(paths.key_words(words[1:], cwd, base)), "folder": paths.key_folder(words[1:], cwd)}
     return Inputs.make({asked.source: _code(asked)}, extra=extra)
 
 
@@ -168,17 +169,17 @@ def _code(asked: command.Compile) -> str:
     return code
 
 
-def _replay(found: Artifact, asked: command.Compile) -> int:
+def _replay(found: Artifact, asked: command.Compile) -> None:
     """Write the entry's files where the compiler writes them (each whole, by a rename),
-    and print what it printed."""
+    and print what it printed (an OSError: the entry went meanwhile, gc; the compiler runs)."""
     from .entry import STDERR, STDOUT, output_name
 
     if any(not os.path.isdir(os.path.dirname(path) or ".") for path in asked.outputs):
         raise _Unusable("output folder missing")  # the compiler's own error says which
+    printed = [_printed(found, name) for name in (STDOUT, STDERR)]
     for index, path in enumerate(asked.outputs):
         _copy(str(found.file(output_name(index))), path)
-    _print(*(_printed(found, name) for name in (STDOUT, STDERR)))
-    return 0
+    _print(*printed)
 
 
 def _printed(found: Artifact, name: str) -> bytes:
