@@ -9,16 +9,20 @@ wall time, alternating runs, medians:
 - a miss: each run a new key (`-DRUN=<n>`), against `g++` alone run the same way: the
   overhead as a share of the compile.
 
-A project (`--project`, default a generated tree of 60 units; `--sdist lightgbm==4.5.0`: a
-public C++ project from PyPI, its CMakeLists as released, fetched once into
-bench/results/sdists): configured with CMake and ninja for each tool as
-CMAKE_CXX_COMPILER_LAUNCHER, built from a clean build folder twice; the second build's wall
-time and how many of its compiles hit.
+A project (default a generated tree of 60 units; `--sdist lightgbm==4.5.0`: a public C++
+project from PyPI, its CMakeLists as released, fetched once into bench/results/sdists):
+configured with CMake and ninja for each tool as CMAKE_CXX_COMPILER_LAUNCHER (C and C++),
+built from a clean build folder twice (`g++` alone once); the second build's wall time and
+how many of its compiles hit.
 
 Targets (issue 50): hit <= 1.5x ccache's, miss overhead <= 5% of the compile, the second
 build >= 95% hits and within 1.2x of ccache's second build.
 
-    python3 bench/launcher.py [--runs 21] [--sdist lightgbm==4.5.0] [--jobs 2]
+    python3 bench/launcher.py [--runs 21] [--jobs 2]
+    python3 bench/launcher.py --runs 3 --sdist lightgbm==4.5.0 --cmake-arg=-DBUILD_CLI=OFF
+    python3 bench/launcher.py --runs 3 --sdist llama-cpp-python==0.3.36 --subdir vendor/llama.cpp \
+        --cmake-arg=-DLLAMA_BUILD_TESTS=OFF --cmake-arg=-DLLAMA_BUILD_EXAMPLES=OFF \
+        --cmake-arg=-DLLAMA_BUILD_TOOLS=OFF --cmake-arg=-DLLAMA_BUILD_SERVER=OFF --cmake-arg=-DLLAMA_CURL=OFF
 """
 
 from __future__ import annotations
@@ -122,8 +126,9 @@ def generated(folder: Path, units: int = 60) -> Path:
     return folder
 
 
-def sdist(requirement: str, into: Path) -> Path:
-    """A released source tree from PyPI (pip download --no-binary), unpacked."""
+def sdist(requirement: str, into: Path, subdir: str = "") -> Path:
+    """A released source tree from PyPI (pip download --no-binary), unpacked; subdir: the CMake
+    project inside it (llama-cpp-python vendors llama.cpp)."""
     SDISTS.mkdir(parents=True, exist_ok=True)
     found = sorted(SDISTS.glob(requirement.split("==")[0].replace("-", "_") + "-*.tar.gz")) + \
         sorted(SDISTS.glob(requirement.split("==")[0] + "-*.tar.gz"))
@@ -133,7 +138,7 @@ def sdist(requirement: str, into: Path) -> Path:
         found = sorted(SDISTS.glob("*.tar.gz"))
     with tarfile.open(found[-1]) as archive:
         archive.extractall(into, filter="data")
-    return next(p for p in into.iterdir() if (p / "CMakeLists.txt").exists())
+    return next(p / subdir for p in into.iterdir() if (p / subdir / "CMakeLists.txt").exists())
 
 
 def project_builds(source: Path, work: Path, launchers: dict[str, list[str]], jobs: int,
@@ -144,9 +149,9 @@ def project_builds(source: Path, work: Path, launchers: dict[str, list[str]], jo
         if name == "abicache (Python)":
             continue  # the front hands its misses to it: the row that counts is the front's
         build = work / f"build-{len(out)}"
-        launcher = [f"-DCMAKE_CXX_COMPILER_LAUNCHER={';'.join(before)}"] if before else []
+        launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={';'.join(before)}" for lang in ("C", "CXX")] if before else []
         walls = []
-        for attempt in range(2):
+        for attempt in range(1 if not before else 2):  # g++ alone: its second build is its first
             shutil.rmtree(build, ignore_errors=True)
             subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                             *launcher, *cmake_args], check=True, env=env, capture_output=True)
@@ -157,7 +162,7 @@ def project_builds(source: Path, work: Path, launchers: dict[str, list[str]], jo
                 sys.exit(f"bench/launcher: {name}'s build failed: {done.stdout.decode(errors='replace')[-800:]}")
             if attempt == 0:
                 time.sleep(1.0)  # the records the first build's misses leave to children
-        out[name] = {"first_s": walls[0], "second_s": walls[1]}
+        out[name] = {"first_s": walls[0], "second_s": walls[-1]}
     return out
 
 
@@ -173,6 +178,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--sdist", help="a PyPI source release with a CMake project, e.g. lightgbm==4.5.0")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--subdir", default="", help="the CMake project inside the sdist (vendor/llama.cpp)")
+    parser.add_argument("--cmake-arg", action="append", default=[], help="passed to cmake (repeatable)")
     parser.add_argument("--skip-project", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-launch-"))
@@ -191,10 +198,9 @@ def main() -> None:
             print(f"  {name:28} {ms:9.2f} ms{extra}")
         doc: dict = {"runs": args.runs, "per_compile_ms": compile_ms}
         if not args.skip_project and shutil.which("cmake") and shutil.which("ninja"):
-            source = sdist(args.sdist, work / "sdist") if args.sdist else generated(work / "gen")
+            source = sdist(args.sdist, work / "sdist", args.subdir) if args.sdist else generated(work / "gen")
             before = hit_counts(work)
-            builds = project_builds(source, work, launchers, args.jobs,
-                                    ["-DBUILD_CLI=OFF"] if args.sdist else [])
+            builds = project_builds(source, work, launchers, args.jobs, args.cmake_arg)
             after = hit_counts(work)
             label = args.sdist or "a generated tree of 60 units"
             print(f"{label}: CMake + ninja -j{args.jobs}, a clean build folder twice")
