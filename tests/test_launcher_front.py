@@ -248,3 +248,39 @@ def test_the_front_knows_a_compiler_by_the_names_the_launcher_does(tmp_path: Pat
              "mycc", "12", "icc", "distcc"]
     said = subprocess.run([str(tmp_path / "names"), *names], capture_output=True, text=True, check=True).stdout
     assert {n: s == "1" for n, s in zip(names, said)} == {n: family(n) is not None for n in names}
+
+
+EDITED_DURING = """
+import os, sys, time
+from abicache.launcher import compiling
+
+built = compiling.build
+
+
+def build(*args, **kwargs):
+    result = built(*args, **kwargs)  # compiled from the bytes the key holds
+    time.sleep(0.05)
+    with open("unit.cpp", "a") as f:  # saved by an editor after the compile, before the record
+        f.write("int edited = 1;\\n")
+    return result
+
+
+compiling.build = build
+os.fork, os.setsid = (lambda: 0), (lambda: None)  # the child that writes the record is this process
+from abicache.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_source_saved_after_its_bytes_were_read_is_never_bound_to_their_object(front: Path, tmp_path: Path) -> None:
+    """The record witnesses the source at the stat its key's bytes were read under: a save after
+    that (here, while the object was being kept) leaves no record, so the front never serves
+    the old object for the new source."""
+    folder = project(tmp_path / "p")
+    done = subprocess.run([sys.executable, "-c", EDITED_DURING, *WORDS], cwd=folder, env=environment(),
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert run(front, folder, only=True).returncode == HANDED
+    assert run(front, folder).returncode == 0
+    subprocess.run(["g++", "-Iinc", "-c", "unit.cpp", "-o", "bare.o"], cwd=folder, check=True, capture_output=True)
+    assert (folder / "unit.o").read_bytes() == (folder / "bare.o").read_bytes()

@@ -87,16 +87,20 @@ def before(cache: Cache, compiler: str, what: str) -> list | None:
     return writer.looked_at(cache, [(compiler, what)])
 
 
+Witness = tuple[int, int, int, int]
+
+
 def note(cache: Cache, root: str, argv: Sequence[str], asked: Compile, art: Artifact, what: str,
-         seen: list | None, built: bool) -> None:
+         seen: list | None, built: bool, source: Witness) -> None:
     """Write the record of this compile: now, or (a compile just published, its witnesses too
-    young) from a detached child once they have settled."""
+    young) from a detached child once they have settled. source: the source file's witness
+    when the key read its bytes (a record binds the entry to that, never to a later stat)."""
     record_name = name(root, argv)
     if record_name is None or seen is None or _refused(cache, art):
         return
-    why = "unsettled" if built else _write(cache, record_name, root, argv, asked, art, what, seen)
+    why = "unsettled" if built else _write(cache, record_name, root, argv, asked, art, what, seen, source)
     if why == "unsettled" and hasattr(os, "fork"):  # a build, or a lookup that stamped the entry again
-        _later(cache, record_name, root, argv, asked, art, what, seen)
+        _later(cache, record_name, root, argv, asked, art, what, seen, source)
 
 
 def _refused(cache: Cache, art: Artifact) -> bool:
@@ -111,7 +115,7 @@ def _refused(cache: Cache, art: Artifact) -> bool:
 
 
 def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked: Compile, art: Artifact,
-           what: str, seen: list) -> str | None:
+           what: str, seen: list, source: Witness) -> str | None:
     from ..hits import record, writer
 
     real = os.path.realpath(root)
@@ -121,8 +125,10 @@ def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
         st = os.stat(asked.source)
     except OSError as exc:
         return f"source: {exc}"
-    source = [("s", os.path.abspath(asked.source), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))]
-    taken = writer.witnessed(cache, art, [(argv[0], what)], {"cwd": os.getcwd()}, seen, source, _verification)
+    if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != source:
+        return "the source changed since its bytes were read"  # the next lookup keys the new bytes
+    witnessed = [("s", os.path.abspath(asked.source), source)]
+    taken = writer.witnessed(cache, art, [(argv[0], what)], {"cwd": os.getcwd()}, seen, witnessed, _verification)
     if isinstance(taken, str):
         return taken
     names, deadline, witnesses, _ = taken
@@ -148,7 +154,7 @@ _TRIES = 10
 
 
 def _later(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked: Compile, art: Artifact,
-           what: str, seen: list) -> None:
+           what: str, seen: list, source: Witness) -> None:
     """A child that waits out a clock tick, checks the entry as the next lookup would (which
     stamps it), and writes the record, trying again while a witness is too young (the build
     system removed a depfile, wrote an object beside a path the compile looked for); the
@@ -173,7 +179,7 @@ def _later(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
             if store.check(art.path, art.manifest, max_age=cache.verify_age) is not None or (
                     art.manifest.recorded and store.deps_changed(art.path, art.manifest, bases) is not None):
                 break
-            if _write(cache, record_name, root, argv, asked, art, what, seen) != "unsettled":
+            if _write(cache, record_name, root, argv, asked, art, what, seen, source) != "unsettled":
                 break
     except BaseException:  # noqa: BLE001  a record only saves time
         pass

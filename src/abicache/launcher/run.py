@@ -104,8 +104,11 @@ def _note(cache: Cache, argv: Sequence[str], asked: command.Compile, found: Arti
     root = naming.default_root()
     if root is None or seen is None:
         return
+    witness = source_witness(asked)
+    if witness is None:
+        return
     try:
-        records.note(cache, root, argv, asked, found, IDENTITY_MEMO[asked.family], seen, built)
+        records.note(cache, root, argv, asked, found, IDENTITY_MEMO[asked.family], seen, built, witness)
     except Exception:  # noqa: BLE001  a record only saves time
         pass
 
@@ -152,21 +155,43 @@ def _inputs(cache: Cache, words: list[str], asked: command.Compile, cwd: str, ba
     return Inputs.make({asked.source: _code(asked)}, extra=extra)
 
 
-_codes: dict[str, str] = {}
+#: source -> (its bytes as text, its witness when they were read, or None where a write in the
+#: same clock tick could hide: then no hit record binds the entry to the file's stat)
+_codes: dict[str, tuple[str, tuple[int, int, int, int] | None]] = {}
 
 
 def _code(asked: command.Compile) -> str:
     """The source's bytes as text (engine/tree.read_source), read once."""
+    return _read(asked.source)[0]
+
+
+def source_witness(asked: command.Compile) -> tuple[int, int, int, int] | None:
+    """The source's stat as it was when the key read its bytes (launcher/records.py witnesses
+    the file by it, never by a later stat, which may be of other bytes)."""
+    return _read(asked.source)[1]
+
+
+def _read(source: str) -> tuple[str, tuple[int, int, int, int] | None]:
+    import time
+
     from ..engine.tree import read_source
     from ..errors import AbicacheError
+    from ..store import stamps
 
-    code = _codes.get(asked.source)
-    if code is None:
+    known = _codes.get(source)
+    if known is None:
         try:
-            code = _codes[asked.source] = read_source(asked.source)
-        except AbicacheError:
+            now = time.time_ns()
+            before = os.stat(source)
+            code = read_source(source)
+            after = os.stat(source)
+        except (AbicacheError, OSError):
             raise _Unusable("source unreadable") from None  # the compiler says it in its own words
-    return code
+        witness = (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns)
+        same = witness == (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns)
+        settled = stamps.settled(before.st_mtime_ns, now) and stamps.settled(before.st_ctime_ns, now)
+        known = _codes[source] = (code, witness if same and settled else None)
+    return known
 
 
 def _replay(found: Artifact, asked: command.Compile) -> None:
