@@ -22,7 +22,10 @@ build >= 95% hits and within 1.2x of ccache's second build.
     python3 bench/launcher.py --runs 3 --sdist lightgbm==4.5.0 --cmake-arg=-DBUILD_CLI=OFF
     python3 bench/launcher.py --runs 3 --sdist llama-cpp-python==0.3.36 --subdir vendor/llama.cpp \
         --cmake-arg=-DLLAMA_BUILD_TESTS=OFF --cmake-arg=-DLLAMA_BUILD_EXAMPLES=OFF \
-        --cmake-arg=-DLLAMA_BUILD_TOOLS=OFF --cmake-arg=-DLLAMA_BUILD_SERVER=OFF --cmake-arg=-DLLAMA_CURL=OFF
+        --cmake-arg=-DLLAMA_BUILD_TOOLS=OFF --cmake-arg=-DLLAMA_BUILD_SERVER=OFF --cmake-arg=-DLLAMA_BUILD_APP=OFF \
+        --cmake-arg=-DLLAMA_CURL=OFF --cmake-arg=-DGGML_NATIVE=OFF --cmake-arg=-DGGML_CCACHE=OFF
+        (llama.cpp puts ccache in front of the compiler itself unless GGML_CCACHE=OFF: the
+        baseline would then be ccache's)
 """
 
 from __future__ import annotations
