@@ -284,3 +284,30 @@ def test_a_source_saved_after_its_bytes_were_read_is_never_bound_to_their_object
     assert run(front, folder).returncode == 0
     subprocess.run(["g++", "-Iinc", "-c", "unit.cpp", "-o", "bare.o"], cwd=folder, check=True, capture_output=True)
     assert (folder / "unit.o").read_bytes() == (folder / "bare.o").read_bytes()
+
+
+@pytest.mark.parametrize("bytes_", ["the same", "others of the same size"])
+def test_a_project_file_written_again_is_judged_by_its_bytes(front: Path, tmp_path: Path, bytes_: str) -> None:
+    """A configure step writes its headers again into a clean build folder: new inode and times,
+    the same bytes. The front hashes a project file whose stat moved and serves the hit where
+    the bytes are the recorded ones; other bytes (of the same size) are Python's to judge."""
+    folder = project(tmp_path / "p")
+    assert run(front, folder).returncode == 0
+    assert settled(front, folder).returncode == 0
+    header = folder / "inc" / "value.h"
+    text = header.read_text() if bytes_ == "the same" else header.read_text().replace("3", "4")
+    header.unlink()
+    header.write_text(text)
+    assert run(front, folder, only=True).returncode == (0 if bytes_ == "the same" else HANDED)
+
+
+def test_a_source_written_again_with_its_bytes_is_served(front: Path, tmp_path: Path) -> None:
+    """As a generated source (llama.cpp's build-info.cpp, written by each configure)."""
+    folder = project(tmp_path / "p")
+    assert run(front, folder).returncode == 0
+    assert settled(front, folder).returncode == 0
+    source = folder / "unit.cpp"
+    text = source.read_bytes()
+    source.unlink()
+    source.write_bytes(text)
+    assert run(front, folder, only=True).returncode == 0

@@ -40,7 +40,8 @@
 #error "built by launcher/front.py, which defines ABICACHE_VERSION, ABICACHE_PYTHON and ABICACHE_PATH"
 #endif
 
-#define FORMAT "abicache-launch 1"
+#define FORMAT "abicache-launch 2"
+#define MAX_HASHED (64 << 20)
 #define MAX_RECORD (8 << 20)
 #define LOG_MAX (1 << 20)
 #define HANDED 75
@@ -270,8 +271,30 @@ static char *read_record(const char *path, size_t *size) {
 
 static int64_t ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
 
-/* one witness (hits/record.py's letters; 'c' is the Python launcher's to judge) */
-static int holds(char kind, const char *path, const int64_t w[4]) {
+/* whether the file holds the bytes of that sha256 (a file its stat says moved, written again
+ * the same: a configure step's output in a clean build folder) */
+static int same_bytes(const char *path, const char *sha) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= MAX_HASHED;
+    Sha s;
+    sha_init(&s);
+    char buf[1 << 16], hex[65];
+    ssize_t n;
+    while (ok && (n = read(fd, buf, sizeof buf)) != 0) {
+        if (n < 0) { ok = 0; break; }
+        sha_add(&s, buf, (size_t)n);
+    }
+    close(fd);
+    if (!ok) return 0;
+    sha_hex(&s, hex);
+    return strcmp(hex, sha) == 0;
+}
+
+/* one witness (hits/record.py's letters; 'c' is the Python launcher's to judge); sha: the
+ * file's sha256 where its bytes may stand for a stat that moved ("" where not) */
+static int holds(char kind, const char *path, const int64_t w[4], const char *sha) {
     struct stat st;
     int rc = kind == 's' || kind == 'd' ? stat(path, &st) : lstat(path, &st);
     if (kind == 'a' || kind == 'm') return rc != 0 && (errno == ENOENT || errno == ENOTDIR);
@@ -280,8 +303,10 @@ static int holds(char kind, const char *path, const int64_t w[4]) {
         return (int64_t)st.st_ino == w[0] && (int64_t)st.st_mode == w[1] && (int64_t)st.st_uid == w[2] &&
                (int64_t)st.st_gid == w[3];
     if (kind != 'l' && kind != 's' && kind != 'd') return 0;
-    return (int64_t)st.st_ino == w[0] && (int64_t)st.st_size == w[1] && ns(st.st_mtim) == w[2] &&
-           ns(st.st_ctim) == w[3];
+    if ((int64_t)st.st_ino == w[0] && (int64_t)st.st_size == w[1] && ns(st.st_mtim) == w[2] &&
+        ns(st.st_ctim) == w[3])
+        return 1;
+    return kind == 's' && strlen(sha) == 64 && (int64_t)st.st_size == w[1] && same_bytes(path, sha);
 }
 
 /* the entry folder's names, sorted, '/'-joined, as the record holds them */
@@ -391,12 +416,12 @@ static int serve(char **argv) {
     long witnesses, outputs, text;
     char magic[64];
     if (!newline || sscanf(data, "abicache-launch %63s %ld %ld %ld", magic, &witnesses, &outputs, &text) != 4 ||
-        strcmp(magic, "1") != 0 || witnesses < 0 || outputs < 1 || text < 0 ||
+        strcmp(magic, "2") != 0 || witnesses < 0 || outputs < 1 || text < 0 ||
         (size_t)(newline + 1 - data) + (size_t)witnesses * 32 + (size_t)text != size)
         goto done;
     const unsigned char *numbers = (const unsigned char *)newline + 1;
     char *body = newline + 1 + witnesses * 32;
-    size_t fields_wanted = 7 + (size_t)outputs + (size_t)witnesses, found = 0;
+    size_t fields_wanted = 7 + (size_t)outputs + 2 * (size_t)witnesses, found = 0;
     char **field = calloc(fields_wanted, sizeof *field);
     if (!field) goto done;
     for (char *at = body; at <= data + size && found < fields_wanted; at += strlen(at) + 1) field[found++] = at;
@@ -412,7 +437,7 @@ static int serve(char **argv) {
     for (long i = 0; ok && i < witnesses; i++) {
         int64_t w[4];
         memcpy(w, numbers + 32 * i, 32);  /* little-endian int64s: this machine's order on x86-64 and arm64 */
-        ok = holds(kinds[i], field[7 + outputs + i], w);
+        ok = holds(kinds[i], field[7 + outputs + i], w, field[7 + outputs + witnesses + i]);
     }
     ok = ok && same_names(entry, field[3]);
     for (long i = 0; ok && i < outputs; i++) ok = folder_of_exists(field[7 + i]);

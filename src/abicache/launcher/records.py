@@ -12,12 +12,14 @@ build read and looked for), and the source's stat. front.c computes the same nam
 every witness, writes each output where the compiler writes it (a copy, renamed into
 place) and prints what the compile printed; anything else runs this launcher in Python.
 
-    abicache-launch 1 <witnesses> <outputs> <length of the text>\\n
+    abicache-launch 2 <witnesses> <outputs> <length of the text>\\n
     <4 x 64-bit integers a witness>
     <text: NUL-separated: deadline, the store's real root, the entry's folder, the names in
      it ('/'-separated), the seconds between last-use touches, the build seconds a hit
      saves, one letter a witness, each output's path as the compiler writes it, each
-     witness's path>
+     witness's path, then each witness's sha256 where the front may hash the file when its
+     stat moved (the source and the project's own files: a configure step writes them again
+     into a clean build folder, the same bytes), else nothing>
 
 A record is written once its witnesses are older than a clock tick (store/stamps.py): a
 compile that just published its entry leaves that to a child, which waits out the tick
@@ -34,13 +36,13 @@ from ..values.digest import sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Mapping, Sequence
 
     from ..core.artifact import Artifact
     from ..core.cache import Cache
     from .command import Compile
 
-FORMAT = b"abicache-launch 1"
+FORMAT = b"abicache-launch 2"
 #: variables the name leaves out: set anew for every run by the shell (`_`, the program it
 #: runs) and by make (its flags, which name the job server's fifo by make's pid, and its
 #: depth and terminals); no compiler reads them (engine/steer.py HARMLESS), and a record is
@@ -68,14 +70,19 @@ def name(root: str, argv: Sequence[str]) -> str | None:
 
 
 def encode(deadline: float, root: str, entry: str, names: Sequence[str], touch: float, seconds: float,
-           outputs: Sequence[str], witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]]) -> bytes:
+           outputs: Sequence[str], witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]],
+           shas: Mapping[str, str] = {}) -> bytes:
+    """shas: the sha256 of files the front may hash where their stat moved (the source, the
+    project's headers: a configure step writes them again, the same bytes, into a clean build
+    folder); "" for the rest."""
     from struct import Struct
 
     number = Struct("<4q")
     text = b"\0".join([b"%.6f" % deadline, os.fsencode(root), os.fsencode(entry),
                        os.fsencode("/".join(sorted(names))), b"%.6f" % touch, b"%.6f" % seconds,
                        "".join(k for k, _, _ in witnesses).encode(), *(os.fsencode(p) for p in outputs),
-                       *(os.fsencode(p) for _, p, _ in witnesses)])
+                       *(os.fsencode(p) for _, p, _ in witnesses),
+                       *(shas.get(p, "").encode() if k == "s" else b"" for k, p, _ in witnesses)])
     numbers = b"".join(number.pack(*w) for _, _, w in witnesses)
     return b"%s %d %d %d\n" % (FORMAT, len(witnesses), len(outputs), len(text)) + numbers + text
 
@@ -91,16 +98,17 @@ Witness = tuple[int, int, int, int]
 
 
 def note(cache: Cache, root: str, argv: Sequence[str], asked: Compile, art: Artifact, what: str,
-         seen: list | None, built: bool, source: Witness) -> None:
+         seen: list | None, built: bool, source: Witness, source_sha: str) -> None:
     """Write the record of this compile: now, or (a compile just published, its witnesses too
     young) from a detached child once they have settled. source: the source file's witness
     when the key read its bytes (a record binds the entry to that, never to a later stat)."""
     record_name = name(root, argv)
     if record_name is None or seen is None or _refused(cache, art):
         return
-    why = "unsettled" if built else _write(cache, record_name, root, argv, asked, art, what, seen, source)
+    why = "unsettled" if built else _write(cache, record_name, root, argv, asked, art, what, seen, source,
+                                           source_sha)
     if why == "unsettled" and hasattr(os, "fork"):  # a build, or a lookup that stamped the entry again
-        _later(cache, record_name, root, argv, asked, art, what, seen, source)
+        _later(cache, record_name, root, argv, asked, art, what, seen, source, source_sha)
 
 
 def _refused(cache: Cache, art: Artifact) -> bool:
@@ -115,7 +123,7 @@ def _refused(cache: Cache, art: Artifact) -> bool:
 
 
 def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked: Compile, art: Artifact,
-           what: str, seen: list, source: Witness) -> str | None:
+           what: str, seen: list, source: Witness, source_sha: str) -> str | None:
     from ..hits import record, writer
 
     real = os.path.realpath(root)
@@ -128,6 +136,8 @@ def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
     if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != source:
         return "the source changed since its bytes were read"  # the next lookup keys the new bytes
     witnessed = [("s", os.path.abspath(asked.source), source)]
+    shas = _project_shas(art, os.getcwd())
+    shas[os.path.abspath(asked.source)] = source_sha
     taken = writer.witnessed(cache, art, [(argv[0], what)], {"cwd": os.getcwd()}, seen, witnessed, _verification)
     if isinstance(taken, str):
         return taken
@@ -135,9 +145,24 @@ def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
     if any("\n" in p for _, p, _ in witnesses) or any(os.fsencode(p).count(b"\0") for p in asked.outputs):
         return "a path the record cannot hold"
     data = encode(deadline, real, os.fspath(art.path), names, cache.touch_interval,
-                  art.manifest.build_seconds or 0.0, asked.outputs, witnesses)
+                  art.manifest.build_seconds or 0.0, asked.outputs, witnesses, shas)
     writer.put(cache.store, record.folder(real), record_name, data)
     return None
+
+
+def _project_shas(art: Artifact, cwd: str) -> dict[str, str]:
+    """The sha256 of each file the build read under the working directory (the project's own,
+    not a system's), by the path its witness names."""
+    from ..store import deps as depcheck
+    from ..store.manifest import LISTING
+
+    out = {}
+    for dep in art.manifest.deps:
+        if dep.base == "cwd" and not dep.sha256.startswith(LISTING):
+            path = depcheck.resolve(dep, {"cwd": cwd})
+            if path is not None:
+                out[path] = dep.sha256
+    return out
 
 
 def _verification(name: str) -> bool:
@@ -154,7 +179,7 @@ _TRIES = 10
 
 
 def _later(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked: Compile, art: Artifact,
-           what: str, seen: list, source: Witness) -> None:
+           what: str, seen: list, source: Witness, source_sha: str) -> None:
     """A child that waits out a clock tick, checks the entry as the next lookup would (which
     stamps it), and writes the record, trying again while a witness is too young (the build
     system removed a depfile, wrote an object beside a path the compile looked for); the
@@ -179,7 +204,7 @@ def _later(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
             if store.check(art.path, art.manifest, max_age=cache.verify_age) is not None or (
                     art.manifest.recorded and store.deps_changed(art.path, art.manifest, bases) is not None):
                 break
-            if _write(cache, record_name, root, argv, asked, art, what, seen, source) != "unsettled":
+            if _write(cache, record_name, root, argv, asked, art, what, seen, source, source_sha) != "unsettled":
                 break
     except BaseException:  # noqa: BLE001  a record only saves time
         pass

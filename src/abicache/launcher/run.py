@@ -99,6 +99,7 @@ def _note(cache: Cache, argv: Sequence[str], asked: command.Compile, found: Arti
     """The hit record the native front serves the next run from (launcher/records.py)."""
     from ..env.probes import IDENTITY_MEMO
     from ..hits import naming
+    from ..values.digest import sha256_hex
     from . import records
 
     root = naming.default_root()
@@ -108,7 +109,8 @@ def _note(cache: Cache, argv: Sequence[str], asked: command.Compile, found: Arti
     if witness is None:
         return
     try:
-        records.note(cache, root, argv, asked, found, IDENTITY_MEMO[asked.family], seen, built, witness)
+        sha = sha256_hex(_code(asked).encode("utf-8", "surrogateescape"))  # the bytes as read (tree.read_source)
+        records.note(cache, root, argv, asked, found, IDENTITY_MEMO[asked.family], seen, built, witness, sha)
     except Exception:  # noqa: BLE001  a record only saves time
         pass
 
