@@ -100,7 +100,7 @@ def test_a_hit_is_served_without_python_and_writes_what_the_miss_wrote(front: Pa
 
 
 @pytest.mark.parametrize("change", ["header edited", "header shadowed", "source edited", "environment",
-                                    "record writable by others", "entry file replaced"])
+                                    "record writable by others", "record of another user", "entry file replaced"])
 def test_what_moved_is_handed_to_python(front: Path, tmp_path: Path, change: str) -> None:
     folder = project(tmp_path / "p")
     assert run(front, folder).returncode == 0
@@ -119,6 +119,13 @@ def test_what_moved_is_handed_to_python(front: Path, tmp_path: Path, change: str
         if change == "record writable by others":
             for record in (root / "hits").iterdir():
                 record.chmod(0o666)
+        elif change == "record of another user":  # as `nobody` could have written it: never read
+            if os.geteuid() != 0:
+                pytest.skip("chown to nobody needs root")
+            import pwd
+
+            for record in (root / "hits").iterdir():
+                os.chown(record, pwd.getpwnam("nobody").pw_uid, -1)
         else:
             for output in root.glob("entries/cc.compile/*/*.*/output-0"):
                 data = output.read_bytes()

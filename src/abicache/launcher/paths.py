@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from ..engine.roots import under
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
@@ -48,7 +50,7 @@ def base_folder(value: str) -> str | None:
 def relative(words: Sequence[str], cwd: str, base: str | None) -> list[str]:
     """words with every path under base written relative to cwd (cwd itself under base);
     as written where there is no base or cwd is outside it."""
-    if base is None or not _under(cwd, base):
+    if base is None or not under(cwd, [base]):
         return list(words)
     out: list[str] = []
     following = False  # this word is the value of the option before it
@@ -71,7 +73,7 @@ def key_words(words: Sequence[str], cwd: str, base: str | None) -> list[str]:
     """words as the key holds them: a prefix map's folder under base relative to cwd, as the
     other paths are (the command keeps it absolute: gcc matches it against the absolute
     folders it writes, and what it writes then holds the new prefix, not the folder)."""
-    if base is None or not _under(cwd, base):
+    if base is None or not under(cwd, [base]):
         return list(words)
     out = []
     for word in words:
@@ -115,11 +117,8 @@ def _rel(path: str, cwd: str, base: str) -> str:
     if not path.startswith("/") or "/../" in path + "/":
         return path  # '..' is resolved through the links it meets: not collapsed on the string
     normal = os.path.normpath(path)
-    if not _under(normal, base):
+    if not under(normal, [base]):
         return path
     rel = os.path.relpath(normal, cwd)
     return rel + "/" if path.endswith("/") and rel != "." else rel
 
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
