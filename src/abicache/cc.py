@@ -39,9 +39,11 @@ _loaded: dict[tuple[Any, ...], Any] = {}
 def __getattr__(name: str) -> Any:
     """The plans, the compiler runs and the rest live in frontends/cc_plans.py: a call its
     hit record serves (hits/) imports none of it."""
+    if name.startswith("__"):  # asked by `from abicache.cc import x` (__path__): no reason to import the plans
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from .frontends import cc_plans
 
-    if name.startswith("__") or not hasattr(cc_plans, name):
+    if not hasattr(cc_plans, name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(cc_plans, name)
 
@@ -153,9 +155,11 @@ def _record_root(cache: Cache | None) -> str | None:
     return naming.default_root()
 
 
-def _run(plan: Plan, cache: Cache | None, call: bytes | None) -> Artifact:
+def _run(plan: Plan, cache: Cache | None, call: bytes | None, named: Mapping[str, str | None] = {},
+         files: Sequence[tuple[str, str | None]] = ()) -> Artifact:
     """The plan's artifact (found or built); then the hit record the next process's same
-    call reads (hits/writer.py)."""
+    call reads (hits/writer.py). named: facts the call names (the torch frontend's); files:
+    what the lookup reads beyond its facts and compilers."""
     from .core.cache import default_cache
     from .frontends import cc_plans
 
@@ -165,9 +169,9 @@ def _run(plan: Plan, cache: Cache | None, call: bytes | None) -> Artifact:
         return plan.run(cache)
     from .hits import writer
 
-    seen = writer.before(cache, call, root, plan.inputs.tools)
+    seen = writer.before(cache, call, root, plan.inputs.tools, named, files)
     art = plan.run(cache)
-    writer.note(cache, call, root, art, plan.inputs.tools, dict(plan.bases), cc_plans.checking(), seen)
+    writer.note(cache, call, root, art, plan.inputs.tools, dict(plan.bases), cc_plans.checking(), seen, named, files)
     return art
 
 

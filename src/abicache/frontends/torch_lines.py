@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from ..values.records import named_tuple
+from .torch_hits import LINES_MEMO  # the name a hit record witnesses its memo by
 
 
 _STD = r"-std=c\+\+\d+"
@@ -48,7 +49,7 @@ def lines(torch_root: Path, memo_dir: Path | None) -> TorchLines:
     from ..env import toolid
 
     source = torch_root / "utils" / "cpp_extension.py"
-    text = toolid.memoized(source, "cpp_extension build lines v1", _parsed, memo_dir)
+    text = toolid.memoized(source, LINES_MEMO, _parsed, memo_dir)
     if text is None:
         return TorchLines()
     try:

@@ -20,14 +20,15 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
-FORMAT = b"abicache-hit 1"
+FORMAT = b"abicache-hit 2"  # 2: the native check's path (record.py)
 #: os.environ's own table of bytes (POSIX); elsewhere no record is named
 _RAW = getattr(os.environ, "_data", None) if os.name == "posix" else None
 
 
 def call_of(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None:
     """The call as canonical bytes; None where a source or an argument is of a type a
-    record does not name (the full lookup serves such calls)."""
+    record does not name (the full lookup serves such calls). An argument: None, a str,
+    bool or int, a list or tuple of str, a dict of str to str (its order kept)."""
     single = type(sources) not in (list, tuple)
     parts: list[Any] = [frontend, name]
     for item in [sources] if single else sources:
@@ -46,7 +47,11 @@ def call_of(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None
             if not all(type(v) is str for v in value):
                 return None
             value = tuple(value)
-        elif value is not None and type(value) is not str:
+        elif type(value) is dict:  # cpp_extension's functions={name: docstring}: in its order
+            if not all(type(k) is str and type(v) is str for k, v in value.items()):
+                return None
+            value = ("dict", tuple(value.items()))
+        elif value is not None and type(value) not in (str, bool, int):
             return None
         parts.append((key, value))
     return repr(parts).encode("utf-8", "surrogateescape")

@@ -2,13 +2,14 @@
 
 `<root>/v3/hits/<name>` (naming.py), written by writer.py with one rename:
 
-    abicache-hit 1 <witnesses> <length of the text>\\n
+    abicache-hit 2 <witnesses> <length of the text>\\n
     <4 x 64-bit integers a witness>
     <text: NUL-separated: deadline, the store's real root, the file to load, its entry's
      folder, the names in that folder ('/'-separated), the seconds between last-use
      touches, the build seconds a hit saves, where the build's witnesses start (the
-     in-process memo watches those, as it watches an Artifact's dependencies), one letter
-     a witness, then a path a witness>
+     in-process memo watches those, as it watches an Artifact's dependencies), the native
+     check of the build's witnesses or nothing (native.py), one letter a witness, then a
+     path a witness>
 
 A witness is a path and what to compare (os.stat's fields):
     l  lstat: inode, size, mtime, ctime (the store's files and folders: any write, chmod,
@@ -36,17 +37,19 @@ deadline passed, or whose witnesses moved serves nothing.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from stat import S_ISREG
 from struct import Struct
 
-from . import naming
+from . import naming, native
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
     from typing import Sequence
 
-    from ..store.watch import Watch
+    from ..store.watch import Batch, Watch
+    from .native import Native
 
 #: the store's layout (store/layout.py LAYOUT_VERSION; tests/test_hits.py keeps them equal)
 LAYOUT = "v3"
@@ -56,6 +59,9 @@ MAX_BYTES = 8 << 20
 _WITNESS = Struct("<4q")
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = frozenset(b"lsdtamc")
+#: the text's fields before the paths (encode)
+_HEAD = 10
+_ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def folder(root: str) -> str:
@@ -63,11 +69,12 @@ def folder(root: str) -> str:
 
 
 def encode(deadline: float, root: str, file: str, entry: str, names: Sequence[str], touch: float, seconds: float,
-           build: int, witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]]) -> bytes:
-    """A record's bytes; witnesses: (kind letter, path, the four numbers)."""
+           build: int, witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]], helper: str = "") -> bytes:
+    """A record's bytes; witnesses: (kind letter, path, the four numbers); helper: witness.c
+    built (native.py), or ""."""
     text = b"\0".join([repr(deadline).encode(), os.fsencode(root), os.fsencode(file), os.fsencode(entry),
                        _listing(names), repr(float(touch)).encode(), repr(float(seconds)).encode(), b"%d" % build,
-                       "".join(k for k, _, _ in witnesses).encode(),
+                       os.fsencode(helper), "".join(k for k, _, _ in witnesses).encode(),
                        *(os.fsencode(p) for _, p, _ in witnesses)])
     numbers = b"".join(_WITNESS.pack(*w) for _, _, w in witnesses)
     return b"%s %d %d\n" % (naming.FORMAT, len(witnesses), len(text)) + numbers + text
@@ -79,8 +86,8 @@ class Served:
 
     __slots__ = ("file", "path", "root", "seconds", "_watched", "_env", "_cwd", "_watch")
 
-    def __init__(self, file: str, path: str, root: str, seconds: float,
-                 watched: list[tuple[str, str, tuple[int, ...]]], watch: Watch | None = None) -> None:
+    def __init__(self, file: str, path: str, root: str, seconds: float, watched: Built,
+                 watch: Watch | None = None) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
         self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
         self._env, self._cwd = naming.environment(), _cwd()
@@ -95,28 +102,54 @@ class Served:
         if self._watch is not None and self._watch.unchanged():
             return True
         watch = _arm(self._watched)
-        if not _hold(self._watched):
+        if not _hold(self._watched.items()):
             return False
         self._watch = _settled(watch, self._watched)
         return True
 
 
-def _arm(watched: Sequence[tuple[str, str, tuple[int, ...]]]) -> Watch:
-    """A watch of what the build read, armed before its witnesses are checked (nothing slips
-    between): armed by the call a record serves, so that the process's next call asks it in
-    microseconds (issue 49: arming it there cost the second call 1.4 ms)."""
-    from ..store.watch import Watch
+class Built:
+    """The witnesses of what a record's build read, as the record holds them: made into a
+    tuple each only where asked (the check in Python, the watch's stat fallback). ~600 tuples
+    made after `import torch` set off a collection of its young objects: ~5 ms."""
 
-    files = [p for k, p, _ in watched if k == "s"]
-    folders = {*(p for k, p, _ in watched if k == "d"), *(os.path.dirname(p) for k, p, _ in watched if k == "m")}
-    return Watch(files, sorted(folders))
+    __slots__ = ("kinds", "paths", "numbers", "_items")
+
+    def __init__(self, kinds: str, paths: list[str], numbers: bytes) -> None:
+        self.kinds, self.paths, self.numbers = kinds, paths, numbers
+        self._items: list[tuple[str, str, tuple[int, ...]]] | None = None
+
+    def items(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        if self._items is None:
+            self._items = list(zip(self.kinds, self.paths, _WITNESS.iter_unpack(self.numbers)))
+        return self._items
 
 
-def _settled(watch: Watch, watched: Sequence[tuple[str, str, tuple[int, ...]]]) -> Watch:
+def _arm(built: Built, flags: bytes | None = None, batch: Batch | None = None) -> Watch:
+    """A watch of what the build read, armed by the call a record serves, so that the
+    process's next call asks it in microseconds (issue 49: arming it there cost the second
+    call 1.4 ms); its witnesses are checked after it is armed (nothing slips between).
+    flags: native.py's, which of them are links (the watch need not lstat each file);
+    batch: native.py's arming, in one call."""
+    from ..store import watch
+
+    kinds, paths = built.kinds, built.paths
+    files = [p for k, p in zip(kinds, paths) if k == "s"]
+    folders = {*(p for k, p in zip(kinds, paths) if k == "d"),
+               *(os.path.dirname(p) for k, p in zip(kinds, paths) if k == "m")}
+    behind = None
+    if flags is not None:
+        links = [p for k, p, f in zip(kinds, paths, flags) if k == "s" and f == 1]
+        others = {p for k, p, f in zip(kinds, paths, flags) if k == "s" and f == 2}
+        behind = (watch.link_folders(links), {*links, *others})
+    return watch.Watch(files, sorted(folders), behind, batch)
+
+
+def _settled(watch: Watch, built: Built) -> Watch:
     """The stat fallback compares witnesses (where inotify is out of watches): a missing
     path has none, so a build that looked for one keeps no fallback."""
-    if all(k != "m" for k, _, _ in watched):
-        watch.settle([(p, w) for _, p, w in watched])  # type: ignore[misc]
+    if "m" not in built.kinds:
+        watch.settle_later(lambda: [(p, w) for _, p, w in built.items()])
     return watch
 
 
@@ -167,24 +200,50 @@ def _judge(data: bytes, real: str) -> Served | None:
     n, size = int(count), int(length)
     if magic != naming.FORMAT or len(body) != n * _WITNESS.size + size:
         return None
-    numbers = _WITNESS.iter_unpack(body[:n * _WITNESS.size])
-    fields = body[n * _WITNESS.size:].split(b"\0")
-    deadline, root, file, entry, names, touch, seconds, build, kinds = fields[:9]
-    paths = fields[9:]
-    if len(paths) != n or len(kinds) != n or not _KINDS.issuperset(kinds) or os.fsdecode(root) != real:
+    numbers = body[:n * _WITNESS.size]
+    fields = body[n * _WITNESS.size:].split(b"\0", _HEAD)
+    deadline, root, file, entry, names, touch, seconds, build, helper, kinds, blob = fields
+    if len(kinds) != n or not _KINDS.issuperset(kinds) or os.fsdecode(root) != real:
         return None
     if time.time() >= float(deadline):
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
-    witnesses = [(chr(k), os.fsdecode(p), w) for k, p, w in zip(kinds, paths, numbers)]
-    folder = os.fsdecode(entry)
-    stored, watched = witnesses[:int(build)], witnesses[int(build):]
+    paths = blob.decode(_ENCODING, _ERRORS).split("\0")  # at once: os.fsdecode a path cost 4 ms a torch record
+    if len(paths) != n:
+        return None
+    folder, start = os.fsdecode(entry), int(build)
+    stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:start * _WITNESS.size])))
     if not _hold(stored) or _listing(os.listdir(folder)) != names:
         return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
-    watch = _arm(watched)  # before what the build read is checked: nothing slips between
-    if not _hold(watched):
-        return None
+    built = Built(kinds[start:].decode(), paths[start:], numbers[start * _WITNESS.size:])
+    found = _native(os.fsdecode(helper), len(built.kinds))
+    if found is None:
+        watch = _arm(built)  # before what the build read is checked: nothing slips between
+        if not _hold(built.items()):
+            return None
+    else:
+        args = (kinds[start:], _tail(blob, start), built.numbers)
+        flags = found.hold(*args)  # which are links: what the watch must know of each file
+        if flags is None:
+            return None
+        watch = _arm(built, flags, found.arm)
+        if found.hold(*args) is None:  # again, now the watch is armed: nothing slips between
+            return None
     _touch(folder, float(touch))
-    return Served(os.fsdecode(file), os.fsdecode(entry), real, float(seconds), watched, _settled(watch, watched))
+    return Served(os.fsdecode(file), folder, real, float(seconds), built, _settled(watch, built))
+
+
+def _native(helper: str, count: int) -> Native | None:
+    """native.py's calls, where the record names a library that may be loaded and has
+    enough witnesses of its build for it to save time; None: checked in Python."""
+    return native.holder(helper) if helper and count >= native.WORTH else None
+
+
+def _tail(blob: bytes, start: int) -> bytes:
+    """The paths from the start-th on, each NUL-terminated (witness.c's paths)."""
+    at = 0
+    for _ in range(start):
+        at = blob.index(b"\0", at) + 1
+    return blob[at:] + b"\0"
 
 
 def _listing(names: Sequence[str]) -> bytes:

@@ -25,10 +25,14 @@ from ..store.manifest import LISTING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Sequence
+    from typing import Any, Callable, Mapping, Sequence
 
     from ..core.artifact import Artifact
     from ..core.cache import Cache
+
+    #: files a lookup read beyond its facts and compilers, each with the name of its memo under
+    #: the store's tools/ (env/toolid.py), or None: a torch's cpp_extension.py (frontends/torch_hits.py)
+    Files = Sequence[tuple[str, str | None]]
 
 #: facts naming.name holds: a requirement on any other is judged by a full lookup
 COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.abi", "python.abi3",
@@ -37,7 +41,7 @@ COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.ab
 CXX_FACTS = frozenset({"platform.glibcxx", "platform.cxxabi"})
 #: the tools a record can witness (their command from PATH, their identity's memo)
 TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
-KINDS = frozenset({"cc.library", "cc.module"})
+KINDS = frozenset({"cc.library", "cc.module", "torch.pybind", "torch.classic", "torch.stable"})
 
 Witnesses = list[tuple[str, str, tuple[int, int, int, int]]]
 _later: dict[str, tuple[Any, ...]] = {}
@@ -45,47 +49,57 @@ _later: dict[str, tuple[Any, ...]] = {}
 _noted: dict[str, str] = {}
 
 
-def before(cache: Cache, call: bytes, root: str, tools: Sequence[str]) -> Witnesses | None:
-    """What the lookup about to run reads of the config files and the compilers (PATH, their
-    identities' memos): note() takes them again after it, and records only where both agree
-    (nothing changed while it looked). None where no record will be written."""
+def before(cache: Cache, call: bytes, root: str, tools: Sequence[str], named: Mapping[str, str | None] = {},
+           files: Files = ()) -> Witnesses | None:
+    """What the lookup about to run reads of the config files, the compilers (PATH, their
+    identities' memos) and files: note() takes them again after it, and records only where
+    both agree (nothing changed while it looked). None where no record will be written.
+    named: facts the call names (a tool that is one is named, not witnessed)."""
     name = naming.name(call, root)
-    if name is None or name in _noted or set(tools) - set(TOOLS):
+    if name is None or name in _noted or set(tools) - set(TOOLS) - set(named):
         return None
-    return looked_at(cache, [_word(tool) for tool in tools])
+    return looked_at(cache, _words(tools), files)
 
 
-def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]]) -> Witnesses | None:
-    """The config files and the compilers (each a word PATH finds, and the name of its
-    identity's memo: env/toolid.py) as a lookup is about to read them; None where they
-    cannot be witnessed."""
+def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]], files: Files = ()) -> Witnesses | None:
+    """The config files, the compilers (each a word PATH finds, and the name of its
+    identity's memo: env/toolid.py) and files as a lookup is about to read them; None where
+    they cannot be witnessed."""
     out: Witnesses = []
     try:
-        why = _settings(cache.store, out) or _compilers(cache, compilers, out)
+        why = _settings(cache.store, out) or _compilers(cache, compilers, out) or _files(cache, files, out)
     except OSError:
         return None
     return None if why is not None else out
 
 
-def _word(tool: str) -> tuple[str, str]:
-    words = toolid.command(*TOOLS[tool])
-    return words[toolid.compiler_at(words)], "compiler -v"
+def _words(tools: Sequence[str]) -> list[tuple[str, str]]:
+    """The compilers among tools, each as PATH finds it (a named fact is no command)."""
+    out = []
+    for tool in tools:
+        if tool in TOOLS:
+            words = toolid.command(*TOOLS[tool])
+            out.append((words[toolid.compiler_at(words)], "compiler -v"))
+    return out
 
 
 def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[str],
-         bases: dict[str, str], checking: bool, seen: Witnesses | None) -> str | None:
+         bases: dict[str, str], checking: bool, seen: Witnesses | None, named: Mapping[str, str | None] = {},
+         files: Files = ()) -> str | None:
     """Write the record of this call after its lookup (None), or say why not; where only a
     witness too young to trust stands in the way (a build's), try again when the process
-    exits. seen: before()'s witnesses."""
+    exits. seen: before()'s witnesses; named and files: as before() was given them."""
+    if art.origin == "built":  # the native check, built beside the build, whichever process records it
+        _helper(cache, art, _recorded(art))
     name = naming.name(call, root)  # the environment, the working directory: as the next process names it
     if name is None or seen is None:
         return "not recorded"
     if _noted.get(name) == os.fspath(art.path):
         return "recorded"
-    why = refusal(cache, art, tools, checking)
+    why = refusal(cache, art, tools, checking, named)
     if why is not None:
         return why
-    why = _write(cache, name, call, root, art, tools, bases, seen)
+    why = _write(cache, name, call, root, art, tools, bases, seen, files)
     if why is None:
         _noted[name] = os.fspath(art.path)
     elif why == "unsettled":
@@ -93,7 +107,7 @@ def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[st
             import atexit
 
             atexit.register(_at_exit)
-        _later[name] = (cache, name, call, root, art, tools, bases, seen)
+        _later[name] = (cache, name, call, root, art, tools, bases, seen, files)
     return why
 
 
@@ -105,30 +119,35 @@ def _at_exit() -> None:
     _later.clear()
     if pending:
         time.sleep(stamps.FINE_SECONDS * 2)
-    for cache, name, call, root, art, tools, bases, seen in pending:
+    for cache, name, call, root, art, tools, bases, seen, files in pending:
         try:
             store = cache.store
             if store.check(art.path, art.manifest, max_age=cache.verify_age) is not None or (
                     art.manifest.recorded and store.deps_changed(art.path, art.manifest, bases) is not None):
                 continue
-            _write(cache, name, call, root, art, tools, bases, seen)
+            _write(cache, name, call, root, art, tools, bases, seen, files)
         except Exception:  # noqa: BLE001  a record only saves time: never a reason for an exit to fail
             pass
 
 
-def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -> str | None:
-    """Why no record may stand for this lookup (module docstring), or None."""
+def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool,
+            named: Mapping[str, str | None] = {}) -> str | None:
+    """Why no record may stand for this lookup (module docstring), or None. named: facts the
+    call names, each as the lookup must have found it."""
     if not cache.as_opened():  # given settings, set by hand, or a view (pins, other facts, a fallback store)
         return "a Cache with settings of its own"
     if checking:
         return "ABICACHE_CHECK samples hits"
     if art.origin not in ("local", "built") or art.kind not in KINDS:
         return f"an entry of origin {art.origin}, kind {art.kind}"
-    if not set(tools) <= set(TOOLS):
-        return f"tools {sorted(set(tools) - set(TOOLS))}"
+    if not set(tools) <= set(TOOLS) | set(named):
+        return f"tools {sorted(set(tools) - set(TOOLS) - set(named))}"
     facts = {r.name for r in art.requirements}
-    if not facts <= COVERED_FACTS | CXX_FACTS:
-        return f"requirements on {sorted(facts - COVERED_FACTS - CXX_FACTS)}"
+    if not facts <= COVERED_FACTS | CXX_FACTS | set(named):
+        return f"requirements on {sorted(facts - COVERED_FACTS - CXX_FACTS - set(named))}"
+    differing = sorted(fact for fact, value in named.items() if cache.facts.get(fact) != value)
+    if differing:
+        return f"facts the lookup found otherwise than the call names: {differing}"
     if cache.verify_age != config.seconds("ABICACHE_VERIFY_AGE") or \
             cache.touch_interval != config.seconds("ABICACHE_TOUCH_INTERVAL"):
         return "a Cache whose ages were changed"
@@ -138,30 +157,56 @@ def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool) -
 
 
 def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools: Sequence[str],
-           bases: dict[str, str], seen: Witnesses) -> str | None:
+           bases: dict[str, str], seen: Witnesses, files: Files = ()) -> str | None:
     """Every witness is taken now and each must stand where the lookup's verdict stood
     (witnessed()); the record is written where all have settled and the entry is not due."""
     real = os.path.realpath(root)
     if naming.name(call, root) != name or real != os.fspath(cache.store.root):
         return "another environment or store"
-    taken = witnessed(cache, art, [_word(tool) for tool in tools], bases, seen)
+    taken = witnessed(cache, art, _words(tools), bases, seen, files=files)
     if isinstance(taken, str):
         return taken
     names, deadline, witnesses, build = taken
     data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
-                         art.manifest.build_seconds or 0.0, build, witnesses)
+                         art.manifest.build_seconds or 0.0, build, witnesses, _helper(cache, art, len(witnesses) - build))
     put(cache.store, record.folder(real), name, data)
     return None
 
 
+def _recorded(art: Artifact) -> int:
+    """How many witnesses of its build a record of this entry holds, about (one a file read, a
+    system file, a folder whose missing names were looked for)."""
+    manifest = art.manifest
+    return len(manifest.deps) + len(manifest.absent) + sum(len(group.paths()) for group in manifest.system)
+
+
+def _helper(cache: Cache, art: Artifact, count: int) -> str:
+    """native.py's check, where a record has enough witnesses of its build for it to save
+    time: built beside a build (this process compiled anyway; a hit spawns nothing), found
+    where it was built before; "" where there is none."""
+    from . import native
+
+    if count < native.WORTH:
+        return ""
+    tools = os.fspath(cache.store.layout.tools)
+    if art.origin != "built":
+        found = native.existing(tools)
+        return found or ""
+    try:
+        words = toolid.command(*TOOLS["compiler.cc"])
+        return native.build(tools, words[toolid.compiler_at(words)]) or ""
+    except (OSError, ValueError, IndexError):  # no C compiler to name: checked in Python
+        return ""
+
+
 def witnessed(cache: Cache, art: Artifact, compilers: Sequence[tuple[str, str]], bases: dict[str, str],
               seen: Witnesses, more: Witnesses = (), unlisted: Callable[[str], bool] = lambda name: False,
-              ) -> tuple[list[str], float, Witnesses, int] | str:
+              files: Files = ()) -> tuple[list[str], float, Witnesses, int] | str:
     """(the entry's names, the record's deadline, every witness, where the build's start),
     or why no record may be written. Each witness must stand where the lookup's verdict
     stood: the store's folders pass the trust check, the entry's files are those its stamp
     vouches for, the build's witnesses those its stamp found current (deps_changed), the
-    config files and compilers as looked_at() saw them (seen), and `more` (the caller's:
+    config files, compilers and files as looked_at() saw them (seen), and `more` (the caller's:
     a source file) as it gave them. So no change between the lookup and now is recorded
     as what the lookup found. unlisted: names of the entry's folder neither listed nor
     witnessed (the launcher's records leave out its stamps: launcher/records.py)."""
@@ -176,9 +221,9 @@ def witnessed(cache: Cache, art: Artifact, compilers: Sequence[tuple[str, str]],
         why = _store(store, art, names, stamp, witnesses)
         if why is None:
             looked: Witnesses = []
-            why = _settings(store, looked) or _compilers(cache, compilers, looked)
+            why = _settings(store, looked) or _compilers(cache, compilers, looked) or _files(cache, files, looked)
             if why is None and looked != seen:
-                why = "a config file or a compiler changed while it was looked up"
+                why = "a config file, a compiler or a file changed while it was looked up"
             witnesses += looked
         why = why or _code(witnesses) or _runtime(art, witnesses)
         witnesses += more
@@ -287,6 +332,29 @@ def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesse
                 out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
             except FileNotFoundError:
                 return f"no memo of {found}'s identity"
+    return None
+
+
+def _files(cache: Cache, files: Files, out: Witnesses) -> str | None:
+    """Each file as the lookup read it (through links), or its absence, and its memo."""
+    from pathlib import Path
+
+    for path, memo_name in files:
+        try:
+            out.append(("s", path, _stat(os.stat(path))))
+        except FileNotFoundError:
+            try:
+                os.lstat(path)
+                return f"{path} is a link to nothing"
+            except FileNotFoundError:
+                out.append(("a", path, (0, 0, 0, 0)))
+                continue
+        memo = toolid.memo_file(Path(path), memo_name, cache.facts.memo_dir) if memo_name else None
+        if memo is not None:
+            try:
+                out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
+            except FileNotFoundError:
+                return f"no memo of {path}"
     return None
 
 

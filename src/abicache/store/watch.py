@@ -27,7 +27,10 @@ from stat import S_ISLNK
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Callable, Sequence
+
+    #: arms paths for masks on an inotify descriptor, all or none (hits/native.py Native.arm)
+    Batch = Callable[[int, Sequence[str], Sequence[int]], "list[int] | None"]
 
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
@@ -52,27 +55,43 @@ class _Events:
         self.all_mask = self.file_mask | self.names_mask
         self._add_mask = inotify.IN_MASK_ADD  # a second Watch's mask adds to the first's
         self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
-        self.folders: dict[tuple[str, int, int], tuple[int, int]] = {}  # (path, device, inode) -> (wd, mask)
+        self.armed: dict[str, int] = {}  # path -> the masks asked of what it reached (what tests look at)
         self.generation: dict[int, int] = {}  # watch descriptor -> events seen
         self.seen = 0  # events of every watch: a Watch made since then compares none of its marks
         self.lock = allocate_lock()
 
     def arm(self, path: str, mask: int) -> int | None:
-        """The watch descriptor of path (a folder or a file), watched for at least mask."""
-        try:  # by what the name reaches now: a link retargeted since names another folder
-            st = os.stat(path)
+        """The watch descriptor of path (a folder or a file), watched for at least mask: by
+        what the name reaches now (a link retargeted since names another inode, and the
+        kernel another descriptor). One system call, as a stat to tell whether it is
+        watched already would be: the kernel answers an inode it watches with its descriptor."""
+        try:
+            wd = self._inotify.add_watch(path, mask | self._add_mask)
         except OSError:
-            return None
-        reached = (path, st.st_dev, st.st_ino)
-        wd, armed = self.folders.get(reached, (None, 0))
-        if wd is None or mask & ~armed:
-            try:
-                wd = self._inotify.add_watch(path, mask | self._add_mask)
-            except OSError:
-                return None  # out of watches, or no such folder: stat instead
-            self.folders[reached] = (wd, armed | mask)
-            self.generation.setdefault(wd, 0)
+            return None  # out of watches, or no such folder: stat instead
+        self.armed[path] = self.armed.get(path, 0) | mask
+        self.generation.setdefault(wd, 0)
         return wd
+
+    def arm_all(self, paths: Sequence[str], masks: Sequence[int], batch: Batch | None = None) -> list[int] | None:
+        """arm() each path for its mask, in one native call where batch is given (hits/native.py);
+        None where one could not be armed."""
+        if batch is None:
+            wds = []
+            for path, mask in zip(paths, masks):
+                wd = self.arm(path, mask)
+                if wd is None:
+                    return None
+                wds.append(wd)
+            return wds
+        found = batch(self._inotify.fd, paths, [mask | self._add_mask for mask in masks])
+        if found is None:
+            return None
+        generation, armed = self.generation, self.armed
+        for path, wd, mask in zip(paths, found, masks):
+            armed[path] = armed.get(path, 0) | mask
+            generation.setdefault(wd, 0)
+        return found
 
     def close(self) -> None:
         self._inotify.close()
@@ -87,7 +106,6 @@ class _Events:
             self.generation[event_wd] = self.generation.get(event_wd, 0) + 1
             if mask & self._ignored:  # the watch is gone (folder deleted): never trust it again
                 self.generation[event_wd] = -1 - self.generation[event_wd]
-                self.folders = {f: w for f, w in self.folders.items() if w[0] != event_wd}
 
 
 _events: _Events | None = None
@@ -153,18 +171,25 @@ def _behind(paths: Sequence[str]) -> tuple[set[str], set[str]]:
     readlink a hop where it is a link: os.path.realpath stats every part of every path
     (0.3 ms for a compiler's 35 files), and a readlink tried on every file raised for all
     but the links (a torch extension's 540: 1 ms)."""
-    folders: set[str] = set()
+    links: list[str] = []
     files: set[str] = set()
     for path in paths:
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not S_ISLNK(st.st_mode):
-            if st.st_nlink > 1:
-                files.add(path)
-            continue
-        files.add(path)
+        if S_ISLNK(st.st_mode):
+            links.append(path)
+            files.add(path)
+        elif st.st_nlink > 1:
+            files.add(path)
+    return link_folders(links), files
+
+
+def link_folders(links: Sequence[str]) -> set[str]:
+    """The folder of each link these symbolic links lead through (a readlink a hop)."""
+    folders: set[str] = set()
+    for path in links:
         hop = path
         for _ in range(40):  # the kernel's own limit on links in a row
             try:
@@ -173,7 +198,7 @@ def _behind(paths: Sequence[str]) -> tuple[set[str], set[str]]:
                 break
             hop = os.path.join(os.path.dirname(hop), target)
             folders.add(os.path.dirname(hop))
-    return folders, files
+    return folders
 
 
 #: a folder holding more checked files than this is watched for its files' events as a
@@ -181,11 +206,13 @@ def _behind(paths: Sequence[str]) -> tuple[set[str], set[str]]:
 MANY = 32
 
 
-def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dict[str, int]:
+def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str],
+           behind: tuple[set[str], set[str]] | None = None) -> dict[str, int]:
     """What to watch for what: each file for its own events, and each folder that holds
     one for its names (for all of its files' events where it holds MANY); the folders
     watched for names alone; the folder a link leads to and, where a folder is reached
-    through a symbolic link, the folder that holds the link, for everything."""
+    through a symbolic link, the folder that holds the link, for everything. behind:
+    _behind(paths) where the caller knows it already (a record's native check: hits/)."""
     listed = set(folders)  # a folder whose listing was read is among the paths too: its names are watched
     paths = [p for p in paths if p not in listed]
     by_folder: dict[str, list[str]] = {}
@@ -199,12 +226,12 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dic
         wanted[folder] = events.names_mask
         for path in files:
             wanted[path] = events.file_mask
-    behind, reached_otherwise = _behind(paths)
+    behind_links, reached_otherwise = behind if behind is not None else _behind(paths)
     for path in reached_otherwise:  # in a folder watched as a whole too
         wanted[path] = events.file_mask
-    for folder in {*folders, *behind}:  # a file watched by a name that is a link: its inode is watched
+    for folder in {*folders, *behind_links}:  # a file watched by a name that is a link: its inode is watched
         wanted[folder] = wanted.get(folder, 0) | events.names_mask
-    for folder in {*by_folder, *folders, *behind}:
+    for folder in {*by_folder, *folders, *behind_links}:
         for holder in _link_holders(folder):  # a link retargeted: a name changed there
             wanted[holder] = wanted.get(holder, 0) | events.names_mask
     return wanted
@@ -213,33 +240,43 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str]) -> dic
 class Watch:
     """Whether a set of files is unchanged since the Watch was made (see module)."""
 
-    __slots__ = ("marks", "files", "seen", "owner")
+    __slots__ = ("marks", "files", "seen", "owner", "_later")
 
-    def __init__(self, paths: Sequence[str], folders: Sequence[str] = ()) -> None:
+    def __init__(self, paths: Sequence[str], folders: Sequence[str] = (),
+                 behind: tuple[set[str], set[str]] | None = None, batch: Batch | None = None) -> None:
         """Watch paths (files) and the folders that hold them, and folders themselves (for
         entries created or removed in them); and, where a folder is reached through a
         symbolic link, the folder that holds the link (a link retargeted to another
-        folder is an event there, not in the old one). See _masks for what for."""
+        folder is an event there, not in the old one). See _masks for what for, and behind;
+        batch: arm them in one native call (hits/native.py)."""
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
-        self.marks: list[tuple[int, int]] | None = None
+        self._later: Callable[[], list[tuple[str, Witness]]] | None = None
+        #: (watch descriptors, the generation of each when armed): two lists, not a tuple a
+        #: watch (~200 tuples made after `import torch` set off a collection of its objects)
+        self.marks: tuple[list[int], list[int]] | None = None
         self.seen = -1
         events = self.owner = _shared()
         if events is None:
             return
-        wanted = _masks(events, paths, folders)
+        wanted = _masks(events, paths, folders, behind)
         with events.lock:
             events.drain()
-            marks = []
-            for path in sorted(wanted):
-                wd = events.arm(path, wanted[path])
-                if wd is None:
-                    return
-                marks.append((wd, events.generation[wd]))
-            self.marks, self.seen = marks, events.seen
+            order = sorted(wanted)
+            wds = events.arm_all(order, [wanted[path] for path in order], batch)
+            if wds is None:
+                return
+            generation = events.generation
+            self.marks, self.seen = (wds, [generation[wd] for wd in wds]), events.seen
 
     def settle(self, witnesses: Sequence[tuple[str, Witness]]) -> Watch:
         """The witnesses the check found (the fallback's baseline)."""
         self.files = list(witnesses)
+        return self
+
+    def settle_later(self, witnesses: Callable[[], list[tuple[str, Witness]]]) -> Watch:
+        """settle(), with the witnesses made only where the fallback is asked (a record's:
+        hits/record.py)."""
+        self._later = witnesses
         return self
 
     def unchanged(self) -> bool:
@@ -247,7 +284,12 @@ class Watch:
         if self.marks is not None and events is not None and events is self.owner:  # not a forked parent's
             with events.lock:
                 events.drain()
-                return events.seen == self.seen or all(events.generation.get(wd) == g for wd, g in self.marks)
+                if events.seen == self.seen:
+                    return True
+                generation = events.generation
+                return all(generation.get(wd) == g for wd, g in zip(*self.marks))
+        if self.files is None and self._later is not None:
+            self.files = self._later()
         if self.files is None:
             return False
         for path, w in self.files:

@@ -1,0 +1,141 @@
+"""witness.c: a hit record's witnesses checked in one native call, built once per store.
+
+A torch extension's record holds ~600 witnesses (the system headers its build read): os.stat
+checks them at ~4 us each, 2.5 ms of a call whose floor (importing the .so by path) is
+1.4 ms; witness.c checks them at ~0.7 us each. It is built with the C compiler beside a
+build that made a large record (writer.py: a process that compiles anyway; a hit spawns
+nothing), under the store's tools/ as the observer and the launcher's front are, and its
+path is in the record. A hit loads it with ctypes only where it is a regular file of this
+user in a folder of this user, neither writable by anyone else (loading it runs its code);
+anything else, and a record without one, is checked in Python (record.py _hold): the same
+verdicts, tests/test_hits.py checks both on the same witnesses.
+"""
+
+from __future__ import annotations
+
+import os
+from stat import S_ISDIR, S_ISREG
+
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "witness.c")
+LIBRARY = "libabicache-witness.so"
+#: a record with fewer witnesses of its build than this is checked in Python: loading the
+#: library (~0.2 ms) costs about what 150 witnesses save, and building it (~0.1 s, once a
+#: store) is paid beside builds that read this many files, not beside every small one
+WORTH = 200
+
+_loaded: dict[str, Any] = {}
+
+
+class Native:
+    """witness.c's two calls (its comments say what each does)."""
+
+    __slots__ = ("_hold", "_arm", "_buffer", "_refused")
+
+    def __init__(self, library: Any) -> None:
+        import ctypes
+
+        self._hold, self._arm = library.abicache_hold, library.abicache_arm
+        self._hold.restype = self._arm.restype = ctypes.c_int
+        self._hold.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+        self._arm.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+        self._buffer, self._refused = ctypes.create_string_buffer, ctypes.ArgumentError
+
+    def hold(self, kinds: bytes, paths: bytes, numbers: bytes) -> bytes | None:
+        """paths: NUL-terminated, one after another; numbers: 4 x int64 a witness. The
+        flags of each witness where all hold (1 a symbolic link, 2 other hard links)."""
+        flags = self._buffer(len(kinds) or 1)
+        try:
+            if self._hold(len(kinds), kinds, paths, numbers, flags) != -1:
+                return None
+        except self._refused:  # never a traceback from a hit: the full lookup
+            return None
+        return flags.raw[:len(kinds)]
+
+    def arm(self, fd: int, paths: Sequence[str], masks: Sequence[int]) -> list[int] | None:
+        """The watch descriptor of each path, armed for its mask; None where one was not."""
+        from struct import pack, unpack
+
+        n = len(paths)
+        wds = self._buffer(4 * n or 4)
+        blob = b"".join(os.fsencode(p) + b"\0" for p in paths)
+        try:
+            if self._arm(fd, n, blob, pack(f"{n}I", *masks), wds) != -1:
+                return None
+        except self._refused:
+            return None
+        return list(unpack(f"{n}i", wds.raw[:4 * n]))
+
+
+def holder(path: str) -> Native | None:
+    """witness.c's calls, loaded from path; None where it may not be loaded (module docstring)."""
+    found = _loaded.get(path)
+    if found is None:
+        found = _loaded[path] = _load(path) or False
+    return found or None
+
+
+def _load(path: str) -> Native | None:
+    euid = os.geteuid()
+    try:
+        for st, kind in ((os.lstat(path), S_ISREG), (os.lstat(os.path.dirname(path)), S_ISDIR)):
+            if not kind(st.st_mode) or st.st_uid != euid or st.st_mode & 0o022:
+                return None
+        import ctypes
+
+        return Native(ctypes.CDLL(path))
+    except (OSError, AttributeError):
+        return None  # another machine's build in a shared store, or not ours
+
+
+def _target(tools: str) -> str | None:
+    """Where this source's library is built for this kind of machine; None without the source
+    (an install that left it out: checked in Python)."""
+    import hashlib
+
+    try:
+        with open(SOURCE, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        return None
+    return os.path.join(tools, f"witness-{digest}-{os.uname().machine}", LIBRARY)
+
+
+def existing(tools: str) -> str | None:
+    """The library under tools/, where one was built and may be loaded."""
+    target = _target(tools)
+    return target if target is not None and _load(target) is not None else None
+
+
+def build(tools: str, compiler: str) -> str | None:
+    """The library's path under tools/, built where it is not yet; None where it cannot be."""
+    import subprocess
+    import tempfile
+
+    target = _target(tools)
+    if target is None:
+        return None
+    folder = os.path.dirname(target)
+    if _load(target) is not None:
+        return target
+    try:
+        os.makedirs(tools, mode=0o755, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="witness-", dir=tools) as work:
+            out = os.path.join(work, "ready")
+            os.mkdir(out, 0o755)
+            os.chmod(out, 0o755)  # whatever the umask
+            done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", os.path.join(out, LIBRARY), SOURCE],
+                                  capture_output=True, timeout=120)
+            if done.returncode != 0:
+                return None
+            os.chmod(os.path.join(out, LIBRARY), 0o555)
+            try:
+                os.rename(out, folder)  # atomic: another process may have won, with the same bytes
+            except OSError:
+                pass
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return target if _load(target) is not None else None

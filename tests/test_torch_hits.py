@@ -1,0 +1,260 @@
+"""A torch extension's hit record (frontends/torch_hits.py) and the native check of a large
+record (hits/native.py, hits/witness.c): a fresh process after `import torch` is served
+without the plans, the store or the engine; a record names the torch it was found with; the
+native check says what record.py's Python check says, witness by witness."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache import Cache, cc
+from abicache.hits import native, record, writer
+from conftest import need, run_py
+from shared_builds import ADD, ADD_EXT, torch_extension_store
+
+#: a fresh process's call after `import torch`: served by its record or not, what it imported
+SERVED = """
+import json, sys
+import torch
+before = set(sys.modules)
+import abicache.torch as at
+from abicache import Cache, cc
+mod = at.load_inline({name!r}, [{code!r}], functions=["add"], cache=Cache({root!r}))
+held = next(iter(cc._loaded.values()))[0]
+heavy = ("abicache.frontends.torch_plans", "abicache.frontends.cc_plans", "abicache.core.getting",
+         "abicache.store.local", "abicache.engine.tree", "abicache.env.probes")
+print(json.dumps({{"served": type(held).__name__ == "Served", "value": mod.add(2, 3),
+                  "imported": [m for m in heavy if m in sys.modules and m not in before]}}))
+"""
+
+
+def _fresh(root: Path) -> dict[str, object]:
+    out = run_py(SERVED.format(name=ADD_EXT, code=ADD, root=str(root)))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_facts_a_record_names_are_those_the_lookup_probes() -> None:
+    """The record's call holds the live torch's facts (torch_hits.facts); the full lookup reads
+    env/probes.py's: they must be the same strings, or no record would ever be written."""
+    pytest.importorskip("torch")
+    from abicache.env import probes
+    from abicache.frontends import torch_hits
+
+    live = torch_hits.facts()
+    assert live is not None
+    probed = probes.torch()
+    assert live == {name: probed[name] for name in torch_hits.NAMED}
+
+
+def test_a_fresh_process_after_import_torch_is_served_without_the_plans(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """The first process looks the extension up in full and records it; a later one, made the
+    same way, is served by the record: the module is the store's, and no plan, store or
+    engine module is imported (issue 49: 18.7 ms of imports before)."""
+    root = torch_extension_store(tmp_path_factory, tmp_path / "store")
+    first = _fresh(root)
+    assert first["value"] == 5 and not first["served"]
+    for _ in range(5):
+        time.sleep(0.05)
+        later = _fresh(root)
+        if later["served"]:
+            break
+    assert later == {"served": True, "value": 5, "imported": []}
+
+
+def test_a_record_is_not_written_where_the_lookup_found_another_torch(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A record names the torch facts of the call; where the lookup's facts differ (a torch
+    imported after the lookup read version.py, say), none is written: the record would stand
+    for a lookup that did not happen."""
+    pytest.importorskip("torch")
+    import abicache.torch as at
+    from abicache.frontends import torch_hits
+
+    root = torch_extension_store(tmp_path_factory, tmp_path / "store")
+    cache = Cache(root)
+    art = at.build_inline(ADD_EXT, [ADD], functions=["add"], cache=cache)
+    named = torch_hits.facts()
+    assert named is not None
+    tools = ["compiler.cxx", "torch.build"]
+    assert writer.refusal(cache, art, tools, False, named) is None
+    other = {**named, "torch.build": named["torch.build"] + "-other"}
+    assert "found otherwise" in (writer.refusal(cache, art, tools, False, other) or "")
+    assert "torch.build" in (writer.refusal(cache, art, tools, False) or "")  # no torch named: none
+
+
+def test_a_call_names_its_torch_and_refuses_what_a_record_cannot_stand_for() -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    from abicache.frontends import torch_hits
+
+    args = {"functions": {"add": "adds"}, "verbose": False, "build_directory": None, "stable": False, "cache": None}
+    made = torch_hits.call("torch.inline", "ext", ["int x;"], args)
+    assert made is not None
+    call, named = made
+    assert named["torch.version"].encode() in call and b"cache" not in call
+    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "build_directory": "/tmp/x"}) is None
+    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "verbose": True}) is None
+    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "functions": object()}) is None
+    version = torch.version.git_version
+    try:
+        torch.version.git_version = "another"
+        other = torch_hits.call("torch.inline", "ext", ["int x;"], args)
+        assert other is not None and other[0] != call  # another torch: another record
+    finally:
+        torch.version.git_version = version
+
+
+# -- the native check -------------------------------------------------------------------------
+
+def _helper(tools: Path) -> native.Native:
+    need("cc")
+    path = native.build(str(tools), "cc")
+    assert path is not None
+    found = native.holder(path)
+    assert found is not None
+    return found
+
+
+def _witness(kind: str, path: Path) -> tuple[str, str, tuple[int, int, int, int]]:
+    if kind in "am":
+        return kind, str(path), (0, 0, 0, 0)
+    st = os.lstat(path) if kind in "lt" else os.stat(path)
+    numbers = (st.st_ino, st.st_mode, st.st_uid, st.st_gid) if kind == "t" else \
+        (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return kind, str(path), numbers
+
+
+def _both(found: native.Native, witnesses: list[tuple[str, str, tuple[int, int, int, int]]]) -> tuple[bool, bool]:
+    """(Python's verdict, the native one) on the same witnesses."""
+    data = record.encode(time.time() + 100, "/", "/f", "/e", [], 1.0, 1.0, 0, witnesses)
+    numbers = b"".join(record._WITNESS.pack(*w) for _, _, w in witnesses)
+    paths = b"".join(os.fsencode(p) + b"\0" for _, p, _ in witnesses)
+    assert data  # the record's own encoding takes them as they are
+    return record._hold(witnesses), found.hold("".join(k for k, _, _ in witnesses).encode(), paths, numbers) is not None
+
+
+CHANGES = ["none", "edited", "removed", "touched", "a missing path created", "a folder's name added",
+           "the trusted folder's mode", "a link retargeted", "written through a hard link"]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_the_native_check_says_what_python_says(tmp_path: Path, change: str) -> None:
+    found = _helper(tmp_path / "tools")
+    tree = tmp_path / "tree é #$"
+    tree.mkdir()
+    (tree / "a.h").write_text("1")
+    (tree / "b.h").write_text("2")
+    (tree / "c.h").write_text("3")
+    os.link(tree / "c.h", tmp_path / "alias.h")
+    os.symlink(tree / "b.h", tree / "link.h")
+    witnesses = [_witness("t", tree), _witness("l", tree / "a.h"), _witness("s", tree / "link.h"),
+                 _witness("s", tree / "c.h"), _witness("d", tree), _witness("a", tree / "gone.h"),
+                 _witness("m", tree / "nothere" / "x.h")]
+    time.sleep(0.02)
+    if change == "edited":
+        (tree / "a.h").write_text("9")
+    elif change == "removed":
+        (tree / "c.h").unlink()
+    elif change == "touched":
+        os.utime(tree / "a.h")
+    elif change == "a missing path created":
+        (tree / "gone.h").write_text("")
+    elif change == "a folder's name added":
+        (tree / "new.h").write_text("")
+    elif change == "the trusted folder's mode":
+        os.chmod(tree, 0o700)
+    elif change == "a link retargeted":
+        os.unlink(tree / "link.h")
+        os.symlink(tree / "a.h", tree / "link.h")
+    elif change == "written through a hard link":
+        (tmp_path / "alias.h").write_text("33")
+    python, native_verdict = _both(found, witnesses)
+    assert python == native_verdict == (change == "none")
+
+
+def test_the_native_check_flags_links_and_arms_what_python_arms(tmp_path: Path) -> None:
+    found = _helper(tmp_path / "tools")
+    (tmp_path / "a.h").write_text("1")
+    os.symlink(tmp_path / "a.h", tmp_path / "link.h")
+    (tmp_path / "c.h").write_text("3")
+    os.link(tmp_path / "c.h", tmp_path / "alias.h")
+    witnesses = [_witness("s", tmp_path / n) for n in ("a.h", "link.h", "c.h")]
+    flags = found.hold(b"sss", b"".join(os.fsencode(p) + b"\0" for _, p, _ in witnesses),
+                       b"".join(record._WITNESS.pack(*w) for _, _, w in witnesses))
+    assert flags == b"\x00\x01\x02"
+    if sys.platform != "linux":
+        pytest.skip("inotify is Linux's")
+    from abicache.store import inotify
+
+    watcher = inotify.Inotify()
+    try:
+        paths = [str(tmp_path / "a.h"), str(tmp_path)]
+        mask = inotify.IN_MODIFY | inotify.IN_CREATE
+        wds = found.arm(watcher.fd, paths, [mask, mask])
+        assert wds == [watcher.add_watch(p, mask) for p in paths]  # the kernel's descriptors, the same again
+        assert found.arm(watcher.fd, [str(tmp_path / "nothing")], [mask]) is None
+    finally:
+        watcher.close()
+
+
+@pytest.mark.parametrize("how", ["group-writable", "in a group-writable folder", "of another user"])
+def test_a_native_check_anyone_else_may_write_is_not_loaded(tmp_path: Path, how: str) -> None:
+    need("cc")
+    tools = tmp_path / "tools"
+    path = Path(native.build(str(tools), "cc") or "")
+    assert path.is_file()
+    if how == "group-writable":
+        os.chmod(path, 0o575)
+    elif how == "in a group-writable folder":
+        os.chmod(path.parent, 0o775)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("changing a file's owner needs root")
+        os.chown(path, 65534, 65534)
+    assert native._load(str(path)) is None
+    copy = tmp_path / "copy"
+    shutil.copytree(tools, copy)  # the same bytes, as this user: loaded
+    os.chmod(next(copy.rglob(native.LIBRARY)), 0o555)
+    os.chmod(next(copy.rglob(native.LIBRARY)).parent, 0o755)
+    assert native._load(str(next(copy.rglob(native.LIBRARY)))) is not None
+
+
+LARGE = '#include <bits/stdc++.h>\n#include "answer.h"\nextern "C" int answer() { return std::max(ANSWER, 0); }'
+
+
+def test_a_large_record_is_checked_natively_and_an_edit_still_sends_the_call_the_full_way(tmp_path: Path) -> None:
+    """A C++ library whose build read hundreds of headers: its build writes the native check
+    beside it and its record names it; a later process is served through it; an edit of the
+    project header it read is a rebuild with the new value, never the old library."""
+    need("c++")
+    need("cc")
+    root, include = tmp_path / "store", tmp_path / "inc"
+    include.mkdir()
+    (include / "answer.h").write_text("#define ANSWER 7\n")
+    code = (f"import json\nfrom abicache import Cache, cc\n"
+            f"lib = cc.load_library('large', [{LARGE!r}], cflags=['-I{include}'], cache=Cache({str(root)!r}))\n"
+            "held = next(iter(cc._loaded.values()))[0]\n"
+            "print(json.dumps([lib.answer(), type(held).__name__ == 'Served']))")
+    outs = [json.loads(run_py(code).stdout) for _ in range(3)]
+    assert outs[0] == [7, False] and outs[-1] == [7, True]
+    (data,) = [p.read_bytes() for p in Path(record.folder(os.path.realpath(root))).iterdir()]
+    head, _, body = data.partition(b"\n")
+    n = int(head.split()[2])
+    helper = body[n * record._WITNESS.size:].split(b"\0")[8]
+    assert helper.endswith(native.LIBRARY.encode()) and Path(os.fsdecode(helper)).is_file()
+    time.sleep(0.02)
+    (include / "answer.h").write_text("#define ANSWER 8\n")
+    assert json.loads(run_py(code).stdout) == [8, False]
+    assert stat.S_IMODE(os.stat(os.fsdecode(helper)).st_mode) & 0o022 == 0
+    assert cc  # the frontend the child used
