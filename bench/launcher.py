@@ -15,10 +15,17 @@ configured with CMake and ninja for each tool as CMAKE_CXX_COMPILER_LAUNCHER (C 
 built from a clean build folder twice (`g++` alone once); the second build's wall time and
 how many of its compiles hit.
 
+`--nvcc RUNS`: the same per compile for nvcc (a .cu, `-c` for sm_90: no GPU needed), nvcc alone
+as the bare row. `--torch-extension`: a torch extension built ahead of time with `BuildExtension`
+(`pip install --no-build-isolation`), a clean build folder twice: g++ alone, the launcher's
+link as `$CXX` (`TORCH_NO_COMPILER_WRAPPER=1`), and ccache, which torch puts in front of `$CXX`
+itself when it finds it. `--runs 0` leaves the C++ unit out.
+
 Targets (issue 50): hit <= 1.5x ccache's, miss overhead <= 5% of the compile, the second
 build >= 95% hits and within 1.2x of ccache's second build.
 
     python3 bench/launcher.py [--runs 21] [--jobs 2]
+    python3 bench/launcher.py --runs 0 --skip-project --nvcc 7 --torch-extension
     python3 bench/launcher.py --runs 3 --sdist lightgbm==4.5.0 --cmake-arg=-DBUILD_CLI=OFF
     python3 bench/launcher.py --runs 3 --sdist llama-cpp-python==0.3.36 --subdir vendor/llama.cpp \
         --cmake-arg=-DLLAMA_BUILD_TESTS=OFF --cmake-arg=-DLLAMA_BUILD_EXAMPLES=OFF \
@@ -88,31 +95,96 @@ def environment(work: Path) -> dict[str, str]:
             "CCACHE_DIR": str(work / "ccache"), "CCACHE_NOHASHDIR": "1"}
 
 
-def per_compile(work: Path, launchers: dict[str, list[str]], runs: int) -> dict[str, float]:
-    gxx = shutil.which("g++") or sys.exit("bench/launcher: g++ not found")
+#: a CUDA unit for nvcc's rows: compile-only, no GPU needed
+CUDA_UNIT = """__global__ void scale_RUN(float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = a * x[i] + RUN;
+}
+"""
+
+
+def per_compile(work: Path, launchers: dict[str, list[str]], runs: int, cuda: bool = False) -> dict[str, float]:
+    """One unit's hits and misses, each tool in turn (cuda: nvcc's `-c` of a .cu for sm_90, the
+    bare compiler's row named "g++ alone" all the same)."""
+    if cuda:
+        compiler = nvcc_path() or sys.exit("bench/launcher: nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+        source, text, flags = "unit.cu", CUDA_UNIT, ["-O2", "-arch=sm_90", "-c"]
+    else:
+        compiler = shutil.which("g++") or sys.exit("bench/launcher: g++ not found")
+        source, text, flags = "unit.cpp", UNIT, ["-O2", "-c"]
     env = environment(work)
-    (work / "unit").mkdir()
+    folder = work / ("unit-cuda" if cuda else "unit")
+    folder.mkdir()
     # RUN changes what is compiled (a define the code uses: ccache's preprocessor mode misses too)
-    (work / "unit" / "unit.cpp").write_text("#ifndef RUN\n#define RUN 0\n#endif\nint tag = RUN;\n"
-                                            + UNIT.replace("RUN", "unit"))
-    words = [gxx, "-O2", "-c", "unit.cpp", "-o", "unit.o", "-MD", "-MF", "unit.d"]
+    (folder / source).write_text("#ifndef RUN\n#define RUN 0\n#endif\nint tag = RUN;\n" + text.replace("RUN", "unit"))
+    words = [compiler, *flags, source, "-o", "unit.o", "-MD", "-MF", "unit.d"]
     for name, before in launchers.items():
         if before:
-            wall_ms([*before, *words], work / "unit", env)  # primes it (the front's record: a child writes it)
+            wall_ms([*before, *words], folder, env)  # primes it (the front's record: a child writes it)
     time.sleep(0.5)
     times: dict[str, list[float]] = {}
     for n in range(runs):
         for index, (name, before) in enumerate(launchers.items()):
             if before:
-                times.setdefault(f"hit: {name}", []).append(wall_ms([*before, *words], work / "unit", env))
+                times.setdefault(f"hit: {name}", []).append(wall_ms([*before, *words], folder, env))
             run = 1 + n * len(launchers) + index
             # its own output names: a depfile the same as the hit's would be one blob of both entries,
             # whose ctime each new entry moves (the hit's record would then hand it to Python)
-            miss = [*before, words[0], f"-DRUN={run}", "-O2", "-c", "unit.cpp", "-o", f"miss{run}.o",
-                    "-MD", "-MF", f"miss{run}.d"]
-            times.setdefault(f"miss: {name}", []).append(wall_ms(miss, work / "unit", env))
+            miss = [*before, compiler, f"-DRUN={run}", *flags, source, "-o", f"miss{run}.o", "-MD", "-MF", f"miss{run}.d"]
+            times.setdefault(f"miss: {name}", []).append(wall_ms(miss, folder, env))
         time.sleep(0.1)  # the records misses leave to children: not measured in the next run
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def nvcc_path() -> str | None:
+    found = shutil.which("nvcc")
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if found is None and home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
+            found = os.path.join(home, "bin", "nvcc")
+    return found
+
+
+EXTENSION = """#include <torch/extension.h>
+int64_t add(int64_t a, int64_t b) { return a + b; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &add); }
+"""
+SETUP = """from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+setup(name="bench_ext", version="0", ext_modules=[CppExtension("bench_ext", ["ext.cpp"])],
+      cmdclass={"build_ext": BuildExtension})
+"""
+
+
+def extension_builds(work: Path, links: str) -> dict[str, dict[str, float]]:
+    """A torch extension built ahead of time with BuildExtension (`pip install --no-build-isolation`),
+    twice from a clean build folder for each tool: g++ alone (TORCH_NO_COMPILER_WRAPPER=1), the
+    launcher's link as $CXX, and ccache (which torch puts in front of $CXX itself when it finds it)."""
+    source = work / "extension"
+    source.mkdir()
+    (source / "ext.cpp").write_text(EXTENSION)
+    (source / "setup.py").write_text(SETUP)
+    base = {**environment(work), "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    tools = {"g++ alone": {"TORCH_NO_COMPILER_WRAPPER": "1", "CXX": "g++"},
+             "abicache front": {"TORCH_NO_COMPILER_WRAPPER": "1", "CXX": os.path.join(links, "g++")}}
+    if shutil.which("ccache"):
+        tools["ccache"] = {"CXX": "g++"}
+    out: dict[str, dict[str, float]] = {}
+    for name, extra in tools.items():
+        walls = []
+        for attempt in range(1 if name == "g++ alone" else 2):
+            for made in ("build", "bench_ext.egg-info", "target"):
+                shutil.rmtree(source / made, ignore_errors=True)
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
+                                   "--target", str(source / "target"), "."], cwd=source, env={**base, **extra},
+                                  capture_output=True)
+            walls.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                sys.exit(f"bench/launcher: {name}'s extension build failed: {done.stderr.decode(errors='replace')[-800:]}")
+            if attempt == 0:
+                time.sleep(1.0)  # the records the first build's misses leave to children
+        out[name] = {"first_s": walls[0], "second_s": walls[-1]}
+    return out
 
 
 def generated(folder: Path, units: int = 60) -> Path:
@@ -176,6 +248,25 @@ def hit_counts(work: Path) -> dict[str, int]:
     return json.loads(done.stdout)["counts"]["by_kind"].get("cc.compile", {})
 
 
+def report_compiles(compile_ms: dict[str, float]) -> None:
+    bare, ccache_hit = compile_ms["miss: g++ alone"], compile_ms.get("hit: ccache")
+    for name, ms in compile_ms.items():
+        extra = ""
+        if name.startswith("hit:") and ccache_hit:
+            extra = f"   {ms / ccache_hit:5.2f}x ccache's hit"
+        elif name.startswith("miss:") and name != "miss: g++ alone":
+            extra = f"   overhead {100 * (ms - bare) / bare:+5.1f}% of the compile"
+        print(f"  {name:28} {ms:9.2f} ms{extra}")
+
+
+def report_builds(builds: dict[str, dict[str, float]]) -> None:
+    for name, walls in builds.items():
+        ratio = ""
+        if "ccache" in builds and name != "ccache":
+            ratio = f"   second build {walls['second_s'] / builds['ccache']['second_s']:.2f}x ccache's"
+        print(f"  {name:20} first {walls['first_s']:7.2f} s   second {walls['second_s']:7.2f} s{ratio}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=21)
@@ -184,22 +275,37 @@ def main() -> None:
     parser.add_argument("--subdir", default="", help="the CMake project inside the sdist (vendor/llama.cpp)")
     parser.add_argument("--cmake-arg", action="append", default=[], help="passed to cmake (repeatable)")
     parser.add_argument("--skip-project", action="store_true")
+    parser.add_argument("--nvcc", type=int, default=0, metavar="RUNS",
+                        help="also nvcc's per-compile rows (a .cu, -c for sm_90; no GPU needed), RUNS runs")
+    parser.add_argument("--torch-extension", action="store_true",
+                        help="also a torch extension built with BuildExtension (pip install --no-build-isolation)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-launch-"))
     try:
         launchers = tools(work)
-        compile_ms = per_compile(work, launchers, args.runs)
-        bare = compile_ms["miss: g++ alone"]
-        ccache_hit = compile_ms.get("hit: ccache")
-        print(f"one C++ unit, wall, medians of {args.runs} alternating runs (g++ alone: {bare:.1f} ms)")
-        for name, ms in compile_ms.items():
-            extra = ""
-            if name.startswith("hit:") and ccache_hit:
-                extra = f"   {ms / ccache_hit:5.2f}x ccache's hit"
-            elif name.startswith("miss:") and name != "miss: g++ alone":
-                extra = f"   overhead {100 * (ms - bare) / bare:+5.1f}% of the compile"
-            print(f"  {name:28} {ms:9.2f} ms{extra}")
-        doc: dict = {"runs": args.runs, "per_compile_ms": compile_ms}
+        doc: dict = {"runs": args.runs}
+        if args.runs:
+            compile_ms = doc["per_compile_ms"] = per_compile(work, launchers, args.runs)
+            print(f"one C++ unit, wall, medians of {args.runs} alternating runs "
+                  f"(g++ alone: {compile_ms['miss: g++ alone']:.1f} ms)")
+            report_compiles(compile_ms)
+        if args.nvcc:
+            nvcc_ms = per_compile(work, launchers, args.nvcc, cuda=True)
+            print(f"one CUDA unit (nvcc -c, sm_90), wall, medians of {args.nvcc} alternating runs "
+                  f"(nvcc alone: {nvcc_ms['miss: g++ alone']:.1f} ms)")
+            report_compiles(nvcc_ms)
+            doc["nvcc_ms"] = nvcc_ms
+        if args.torch_extension:
+            links = subprocess.run([sys.executable, "-m", "abicache", "launcher", "--links"], capture_output=True,
+                                   text=True, env=environment(work), check=True).stdout.strip()
+            before = hit_counts(work)
+            built = extension_builds(work, links)
+            after = hit_counts(work)
+            hits = after.get("hits", 0) - before.get("hits", 0)
+            print("a torch extension, BuildExtension (pip install --no-build-isolation), a clean build folder twice")
+            report_builds(built)
+            print(f"  abicache's compiles: {after.get('misses', 0) - before.get('misses', 0)} misses, {hits} hits")
+            doc["torch_extension"] = {"builds": built, "hits": hits}
         if not args.skip_project and shutil.which("cmake") and shutil.which("ninja"):
             source = sdist(args.sdist, work / "sdist", args.subdir) if args.sdist else generated(work / "gen")
             before = hit_counts(work)
@@ -207,11 +313,7 @@ def main() -> None:
             after = hit_counts(work)
             label = args.sdist or "a generated tree of 60 units"
             print(f"{label}: CMake + ninja -j{args.jobs}, a clean build folder twice")
-            for name, walls in builds.items():
-                ratio = ""
-                if "ccache" in builds and name != "ccache":
-                    ratio = f"   second build {walls['second_s'] / builds['ccache']['second_s']:.2f}x ccache's"
-                print(f"  {name:20} first {walls['first_s']:7.2f} s   second {walls['second_s']:7.2f} s{ratio}")
+            report_builds(builds)
             hits, misses = after.get("hits", 0) - before.get("hits", 0), after.get("misses", 0) - before.get("misses", 0)
             print(f"  abicache's compiles: {misses} misses (the first build), {hits} hits")
             doc["project"] = {"source": label, "jobs": args.jobs, "builds": builds, "hits": hits, "misses": misses}

@@ -117,6 +117,10 @@ def test_a_call_names_its_torch_and_refuses_what_a_record_cannot_stand_for() -> 
 
 # -- the native check -------------------------------------------------------------------------
 
+def test_a_record_too_small_for_the_native_check_is_told_so_by_the_same_number() -> None:
+    assert record._WORTH == native.WORTH
+
+
 def _helper(tools: Path) -> native.Native:
     need("cc")
     path = native.build(str(tools), "cc")
