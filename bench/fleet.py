@@ -21,6 +21,16 @@ slowest machine's wall time. Exits 1 if builds != K in the shared run, or any
 run has a wrong load or a machine that did not finish.
 
     python bench/fleet.py [--nodes 4] [--artifacts 16]
+
+`--cmake`: the compiler launcher's fleet (issue 50) instead: N machines, each a clone of one
+CMake project at its own path under one base folder (ABICACHE_BASE_DIR) and a store of its
+own, configure it with the launcher's native front as CMAKE_{C,CXX}_COMPILER_LAUNCHER and run
+`ninja` at the same moment against one SeaweedFS with leases: every unit must be compiled once
+in the whole fleet (builds = the project's compiles), and every machine must end with the same
+objects. The project: a generated tree of 60 units, or `--sdist` as bench/launcher.py takes it
+(`--sdist llama-cpp-python==0.3.36 --subdir vendor/llama.cpp --cmake-arg=...`).
+
+    python bench/fleet.py --cmake [--nodes 4] [--jobs 2] [--sdist ... --subdir ... --cmake-arg=...]
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -177,13 +188,88 @@ def summarize(label: str, outs: list[dict], k: int) -> dict:
     }
 
 
+def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_args: list[str]) -> int:
+    """The launcher's fleet (module docstring, --cmake); 1 where a unit was compiled twice, a
+    build failed or two machines' objects differ."""
+    import servers
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import launcher
+
+    work = Path(tempfile.mkdtemp(prefix="abicache-fleet-cmake-"))
+    base = work / "base"
+    source = launcher.sdist(sdist, work / "sdist", subdir) if sdist else launcher.generated(work / "gen")
+    env = {**os.environ, **servers.CREDENTIALS, "PYTHONPATH": str(ROOT / "src"), "ABICACHE_PROGRESS": "0",
+           "ABICACHE_BASE_DIR": str(base)}
+    machines = []
+    for m in range(nodes):  # each its clone at its own path, its own store and front
+        clone = base / f"machine{m}" / "clone"
+        shutil.copytree(source.parent if subdir else source, clone.parent / "tree" if subdir else clone, symlinks=True)
+        project = clone.parent / "tree" / subdir if subdir else clone
+        store = {**env, "ABICACHE_DIR": str(base / f"machine{m}" / "store")}
+        front = subprocess.run([sys.executable, "-m", "abicache", "launcher"], env=store, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        machines.append((project, store, front))
+    with servers.seaweedfs_s3() as endpoint:
+        url = servers.s3_url(endpoint)
+        for project, store, front in machines:
+            store["ABICACHE_REMOTE"] = url
+            subprocess.run(["cmake", "-S", str(project), "-B", str(project / "build"), "-G", "Ninja",
+                            "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_C_COMPILER_LAUNCHER={front}",
+                            f"-DCMAKE_CXX_COMPILER_LAUNCHER={front}", *cmake_args],
+                           env={**store, "PWD": str(project)}, check=True, capture_output=True)
+        start = time.monotonic()
+        procs = [subprocess.Popen(["ninja", "-C", str(project / "build"), f"-j{jobs}"], env=store,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for project, store, _ in machines]
+        walls, failed = [], []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=3600)
+            walls.append(time.monotonic() - start)
+            if proc.returncode != 0:
+                failed.append(out.decode(errors="replace")[-1500:])
+    units = len([line for line in subprocess.run(["ninja", "-C", str(machines[0][0] / "build"), "-t", "commands"],
+                                                 capture_output=True, text=True, check=True).stdout.splitlines()
+                 if " -c " in line])
+    counts = [json.loads(subprocess.run([sys.executable, "-m", "abicache", "stats", "--json"], env=store,
+                                        capture_output=True, text=True, check=True).stdout)["counts"]
+              for _, store, _ in machines]
+    builds = sum(c.get("builds", 0) for c in counts)
+    objects: dict[str, set[bytes]] = {}
+    for project, _, _ in machines:
+        for obj in (project / "build").rglob("*.o"):
+            objects.setdefault(str(obj.relative_to(project / "build")), set()).add(obj.read_bytes())
+    differing = sorted(name for name, made in objects.items() if len(made) > 1)
+    label = sdist or "a generated tree of 60 units"
+    print(f"Fleet: {nodes} machines build {label} at once (CMake + ninja -j{jobs}, the launcher's front, one "
+          f"SeaweedFS with leases; target: builds = compiles = {units})")
+    print(f"  builds in the fleet {builds} (per machine: {[c.get('builds', 0) for c in counts]}), "
+          f"fetched from the remote {sum(c.get('hits_remote', 0) for c in counts)}")
+    print(f"  wall: the slowest machine {max(walls):.1f} s, the fastest {min(walls):.1f} s; "
+          f"objects that differ between machines: {len(differing)}; failed builds: {len(failed)}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "fleet_cmake.json").write_text(json.dumps(
+        {"nodes": nodes, "project": label, "compiles": units, "builds": builds, "walls_s": walls,
+         "counts": counts, "differing": differing, "failed": failed}, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+    for text in failed:
+        print(text, file=sys.stderr)
+    return 0 if builds == units and not differing and not failed else 1
+
+
 def main() -> int:
     import servers
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--artifacts", type=int, default=16)
+    parser.add_argument("--cmake", action="store_true", help="the compiler launcher's fleet (module docstring)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--sdist", help="with --cmake: a PyPI source release (bench/launcher.py)")
+    parser.add_argument("--subdir", default="")
+    parser.add_argument("--cmake-arg", action="append", default=[])
     args = parser.parse_args()
+    if args.cmake:
+        return cmake_fleet(args.nodes, args.jobs, args.sdist, args.subdir, args.cmake_arg)
     n, k = args.nodes, args.artifacts
     os.environ.update(servers.CREDENTIALS, ABICACHE_PROGRESS="0")
     work = Path(tempfile.mkdtemp(prefix="abicache-fleet-"))
