@@ -204,8 +204,9 @@ def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_arg
     machines = []
     for m in range(nodes):  # each its clone at its own path, its own store and front
         clone = base / f"machine{m}" / "clone"
-        shutil.copytree(source.parent if subdir else source, clone.parent / "tree" if subdir else clone, symlinks=True)
-        project = clone.parent / "tree" / subdir if subdir else clone
+        top = source.parents[len(Path(subdir).parts) - 1] if subdir else source  # the release, subdir inside
+        shutil.copytree(top, clone, symlinks=True)
+        project = clone / subdir if subdir else clone
         store = {**env, "ABICACHE_DIR": str(base / f"machine{m}" / "store")}
         front = subprocess.run([sys.executable, "-m", "abicache", "launcher"], env=store, capture_output=True,
                                text=True, check=True).stdout.strip()
@@ -214,10 +215,12 @@ def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_arg
         url = servers.s3_url(endpoint)
         for project, store, front in machines:
             store["ABICACHE_REMOTE"] = url
-            subprocess.run(["cmake", "-S", str(project), "-B", str(project / "build"), "-G", "Ninja",
-                            "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_C_COMPILER_LAUNCHER={front}",
-                            f"-DCMAKE_CXX_COMPILER_LAUNCHER={front}", *cmake_args],
-                           env={**store, "PWD": str(project)}, check=True, capture_output=True)
+            done = subprocess.run(["cmake", "-S", str(project), "-B", str(project / "build"), "-G", "Ninja",
+                                   "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_C_COMPILER_LAUNCHER={front}",
+                                   f"-DCMAKE_CXX_COMPILER_LAUNCHER={front}", *cmake_args],
+                                  env={**store, "PWD": str(project)}, capture_output=True)
+            if done.returncode != 0:
+                sys.exit(f"bench/fleet: cmake failed in {project}: {done.stderr.decode(errors='replace')[-1500:]}")
         start = time.monotonic()
         procs = [subprocess.Popen(["ninja", "-C", str(project / "build"), f"-j{jobs}"], env=store,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for project, store, _ in machines]

@@ -317,22 +317,36 @@ def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesse
                 candidate = os.path.join(folder or ".", word)
                 if candidate == os.fspath(found):
                     break
-                try:
-                    out.append(("s", candidate, _stat(os.stat(candidate))))
-                except FileNotFoundError:
-                    try:
-                        os.lstat(candidate)
-                        return f"{candidate} is a link to nothing"
-                    except FileNotFoundError:
-                        out.append(("a", candidate, (0, 0, 0, 0)))
+                why = _there_or_not(candidate, out)
+                if why is not None:
+                    return why
         out.append(("s", os.fspath(found), _stat(os.stat(found))))
-        memo = toolid.memo_file(found, what, memo_dir)
-        if memo is not None:
-            try:
-                out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
-            except FileNotFoundError:
-                return f"no memo of {found}'s identity"
+        if not _memo(toolid.memo_file(found, what, memo_dir), out):
+            return f"no memo of {found}'s identity"
     return None
+
+
+def _there_or_not(path: str, out: Witnesses) -> str | None:
+    """The file at path (through links), or its absence; a link to nothing is neither (why)."""
+    try:
+        out.append(("s", path, _stat(os.stat(path))))
+    except FileNotFoundError:
+        try:
+            os.lstat(path)
+            return f"{path} is a link to nothing"
+        except FileNotFoundError:
+            out.append(("a", path, (0, 0, 0, 0)))
+    return None
+
+
+def _memo(memo: Any, out: Witnesses) -> bool:
+    """A memo under tools/ (env/toolid.py), where there is one to witness; False where it is missing."""
+    if memo is not None:
+        try:
+            out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
+        except FileNotFoundError:
+            return False
+    return True
 
 
 def _files(cache: Cache, files: Files, out: Witnesses) -> str | None:
@@ -340,21 +354,13 @@ def _files(cache: Cache, files: Files, out: Witnesses) -> str | None:
     from pathlib import Path
 
     for path, memo_name in files:
-        try:
-            out.append(("s", path, _stat(os.stat(path))))
-        except FileNotFoundError:
-            try:
-                os.lstat(path)
-                return f"{path} is a link to nothing"
-            except FileNotFoundError:
-                out.append(("a", path, (0, 0, 0, 0)))
-                continue
-        memo = toolid.memo_file(Path(path), memo_name, cache.facts.memo_dir) if memo_name else None
-        if memo is not None:
-            try:
-                out.append(("l", os.fspath(memo), _stat(os.lstat(memo))))
-            except FileNotFoundError:
-                return f"no memo of {path}"
+        why = _there_or_not(path, out)
+        if why is not None:
+            return why
+        if out[-1][0] == "a":
+            continue
+        if memo_name and not _memo(toolid.memo_file(Path(path), memo_name, cache.facts.memo_dir), out):
+            return f"no memo of {path}"
     return None
 
 
