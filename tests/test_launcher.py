@@ -154,6 +154,33 @@ def test_two_clones_share_hits_under_a_base_folder(tmp_path: Path) -> None:
     assert stats()["builds"] == 2
 
 
+def test_a_path_through_dot_dot_is_made_relative_up_to_its_first_dot_dot(tmp_path: Path) -> None:
+    """llama.cpp's CMake writes `-I<clone>/ggml/src/../include`: found by bench/fleet.py --cmake,
+    whose four clones then shared nothing. The part before '..' is made relative and the '..'
+    kept (resolved through whatever links it meets, as the compiler does), so clones share hits;
+    a '..' that leaves the base folder keeps the path whole."""
+    from abicache.launcher import paths
+
+    clones = [project(tmp_path / name) for name in ("one", "two")]
+    for clone in clones:
+        (clone / "build").mkdir()
+    base, cwd = str(tmp_path), str(clones[0] / "build")
+    assert paths.relative([f"-I{clones[0]}/src/../include"], cwd, base) == ["-I../src/../include"]
+    assert paths.relative([f"-I{clones[0]}/src/.."], cwd, base) == ["-I../src/.."]
+    outside = f"-I{tmp_path}/../elsewhere"
+    assert paths.relative([outside], cwd, base) == [outside]
+
+    def words(clone: Path) -> list[str]:
+        return [GXX, f"-I{clone}/src/../include", "-MD", "-MT", "unit.o", "-MF", "unit.o.d", "-o", "unit.o",
+                "-c", f"{clone}/src/unit.cpp"]
+
+    for clone in clones:
+        done = launch(words(clone), clone / "build", ABICACHE_BASE_DIR=base)
+        assert done.returncode == 0, done.stderr
+    counts = stats()
+    assert (counts["hits_local"], counts["builds"]) == (1, 1)
+
+
 def test_without_a_base_folder_absolute_paths_keep_clones_apart(tmp_path: Path) -> None:
     clones = [project(tmp_path / name) for name in ("one", "two")]
     for clone in clones:

@@ -114,11 +114,19 @@ def _debug_info(words: Sequence[str]) -> bool:
 
 
 def _rel(path: str, cwd: str, base: str) -> str:
-    if not path.startswith("/") or "/../" in path + "/":
-        return path  # '..' is resolved through the links it meets: not collapsed on the string
-    normal = os.path.normpath(path)
+    """path relative to cwd where it is under base. A '..' is resolved through the links it
+    meets, so it is never collapsed on the string: the part before the first one is made
+    relative and the rest kept (CMake writes `-I<source>/ggml/src/../include`), where the
+    string leads under base at all."""
+    if not path.startswith("/") or not under(os.path.normpath(path), [base]):
+        return path
+    cut = (path + "/").find("/../")
+    head, tail = (path, "") if cut < 0 else (path[:cut], path[cut:])
+    normal = os.path.normpath(head)
     if not under(normal, [base]):
         return path
     rel = os.path.relpath(normal, cwd)
+    if tail:
+        return rel + tail
     return rel + "/" if path.endswith("/") and rel != "." else rel
 
