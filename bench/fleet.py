@@ -30,7 +30,11 @@ in the whole fleet (builds = the project's compiles), and every machine must end
 objects. The project: a generated tree of 60 units, or `--sdist` as bench/launcher.py takes it
 (`--sdist llama-cpp-python==0.3.36 --subdir vendor/llama.cpp --cmake-arg=...`).
 
-    python bench/fleet.py --cmake [--nodes 4] [--jobs 2] [--sdist ... --subdir ... --cmake-arg=...]
+`--one-path`: every machine sees its clone at one path (a mount namespace of its own, as CI
+machines check out at one path; needs root): a unity build's generated sources include their
+files by absolute path, so clones at different paths compile those units each (as with ccache).
+
+    python bench/fleet.py --cmake [--nodes 4] [--jobs 2] [--one-path] [--sdist ... --subdir ... --cmake-arg=...]
 """
 
 from __future__ import annotations
@@ -188,9 +192,12 @@ def summarize(label: str, outs: list[dict], k: int) -> dict:
     }
 
 
-def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_args: list[str]) -> int:
+def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_args: list[str],
+                one_path: bool = False) -> int:
     """The launcher's fleet (module docstring, --cmake); 1 where a unit was compiled twice, a
-    build failed or two machines' objects differ."""
+    build failed or two machines' objects differ. one_path: each machine sees its clone at one
+    path (a mount namespace of its own, as CI machines check out at one path: a unity build's
+    generated sources name their files by absolute path)."""
     import servers
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -198,6 +205,7 @@ def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_arg
 
     work = Path(tempfile.mkdtemp(prefix="abicache-fleet-cmake-"))
     base = work / "base"
+    common = base / "checkout"  # with one_path: where every machine sees its own clone
     source = launcher.sdist(sdist, work / "sdist", subdir) if sdist else launcher.generated(work / "gen")
     env = {**os.environ, **servers.CREDENTIALS, "PYTHONPATH": str(ROOT / "src"), "ABICACHE_PROGRESS": "0",
            "ABICACHE_BASE_DIR": str(base)}
@@ -211,19 +219,37 @@ def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_arg
         front = subprocess.run([sys.executable, "-m", "abicache", "launcher"], env=store, capture_output=True,
                                text=True, check=True).stdout.strip()
         machines.append((project, store, front))
+    common.mkdir()
+    go = work / "go"
     with servers.seaweedfs_s3() as endpoint:
-        url = servers.s3_url(endpoint)
-        for project, store, front in machines:
+        url = servers.s3_url(endpoint)  # one prefix for the fleet (each call names another)
+        procs = []
+        for m, (project, store, front) in enumerate(machines):
             store["ABICACHE_REMOTE"] = url
-            done = subprocess.run(["cmake", "-S", str(project), "-B", str(project / "build"), "-G", "Ninja",
-                                   "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_C_COMPILER_LAUNCHER={front}",
-                                   f"-DCMAKE_CXX_COMPILER_LAUNCHER={front}", *cmake_args],
-                                  env={**store, "PWD": str(project)}, capture_output=True)
-            if done.returncode != 0:
-                sys.exit(f"bench/fleet: cmake failed in {project}: {done.stderr.decode(errors='replace')[-1500:]}")
+            seen = common / subdir if one_path else project  # the path this machine builds at
+            script = "\n".join([
+                "set -e",
+                f"mount --bind '{project.parents[len(Path(subdir).parts) - 1] if subdir else project}' '{common}'"
+                if one_path else ":",
+                f"cd '{seen}'",
+                " ".join(["cmake", "-S", ".", "-B", "build", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                          f"'-DCMAKE_C_COMPILER_LAUNCHER={front}'", f"'-DCMAKE_CXX_COMPILER_LAUNCHER={front}'",
+                          *(f"'{a}'" for a in cmake_args), ">", f"'{work}/cmake{m}.log'", "2>&1"]),
+                f"touch '{work}/ready{m}'",
+                f"while [ ! -e '{go}' ]; do sleep 0.05; done",  # the fleet starts together
+                f"exec ninja -C build -j{jobs}"])
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script] if one_path else \
+                ["sh", "-c", script]
+            procs.append(subprocess.Popen(argv, env={**store, "PWD": str(seen)}, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT))
+        while not all((work / f"ready{m}").exists() for m in range(nodes)):
+            if any(p.poll() not in (None, 0) for p in procs):
+                logs = [(work / f"cmake{m}.log").read_text(errors="replace")[-1500:] for m in range(nodes)
+                        if (work / f"cmake{m}.log").exists()]
+                sys.exit(f"bench/fleet: a machine failed before its build: {logs}")
+            time.sleep(0.1)
         start = time.monotonic()
-        procs = [subprocess.Popen(["ninja", "-C", str(project / "build"), f"-j{jobs}"], env=store,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for project, store, _ in machines]
+        go.touch()
         walls, failed = [], []
         for proc in procs:
             out, _ = proc.communicate(timeout=3600)
@@ -242,7 +268,7 @@ def cmake_fleet(nodes: int, jobs: int, sdist: str | None, subdir: str, cmake_arg
         for obj in (project / "build").rglob("*.o"):
             objects.setdefault(str(obj.relative_to(project / "build")), set()).add(obj.read_bytes())
     differing = sorted(name for name, made in objects.items() if len(made) > 1)
-    label = sdist or "a generated tree of 60 units"
+    label = (sdist or "a generated tree of 60 units") + (", every clone at one path" if one_path else "")
     print(f"Fleet: {nodes} machines build {label} at once (CMake + ninja -j{jobs}, the launcher's front, one "
           f"SeaweedFS with leases; target: builds = compiles = {units})")
     print(f"  builds in the fleet {builds} (per machine: {[c.get('builds', 0) for c in counts]}), "
@@ -270,9 +296,11 @@ def main() -> int:
     parser.add_argument("--sdist", help="with --cmake: a PyPI source release (bench/launcher.py)")
     parser.add_argument("--subdir", default="")
     parser.add_argument("--cmake-arg", action="append", default=[])
+    parser.add_argument("--one-path", action="store_true",
+                        help="with --cmake: every clone seen at one path (unshare --mount, needs root)")
     args = parser.parse_args()
     if args.cmake:
-        return cmake_fleet(args.nodes, args.jobs, args.sdist, args.subdir, args.cmake_arg)
+        return cmake_fleet(args.nodes, args.jobs, args.sdist, args.subdir, args.cmake_arg, args.one_path)
     n, k = args.nodes, args.artifacts
     os.environ.update(servers.CREDENTIALS, ABICACHE_PROGRESS="0")
     work = Path(tempfile.mkdtemp(prefix="abicache-fleet-"))
