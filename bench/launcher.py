@@ -7,7 +7,10 @@ wall time, alternating runs, medians:
   served from its hit record), and `abicache g++` (the Python launcher, a clean venv's
   interpreter, the full lookup);
 - a miss: each run a new key (`-DRUN=<n>`), against `g++` alone run the same way: the
-  overhead as a share of the compile.
+  overhead as a share of the compile, in wall time (what the build waits for) and in the
+  machine's CPU time until half a second after it (`cpu miss:` rows, from /proc/stat: what a
+  miss leaves to a child or a warm launcher's fork after it answered counts too; on a machine
+  otherwise idle).
 
 A project (default a generated tree of 60 units; `--sdist lightgbm==4.5.0`: a public C++
 project from PyPI, its CMakeLists as released, fetched once into bench/results/sdists):
@@ -131,9 +134,28 @@ def per_compile(work: Path, launchers: dict[str, list[str]], runs: int, cuda: bo
             # its own output names: a depfile the same as the hit's would be one blob of both entries,
             # whose ctime each new entry moves (the hit's record would then hand it to Python)
             miss = [*before, compiler, f"-DRUN={run}", *flags, source, "-o", f"miss{run}.o", "-MD", "-MF", f"miss{run}.d"]
+            busy = busy_ms()
             times.setdefault(f"miss: {name}", []).append(wall_ms(miss, folder, env))
-        time.sleep(0.1)  # the records misses leave to children: not measured in the next run
+            time.sleep(SETTLE_S)  # what a miss leaves to children (a record; a warm fork's entry) ends meanwhile
+            if busy is not None:
+                times.setdefault(f"cpu miss: {name}", []).append(busy_ms() - busy)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+#: seconds after each miss before the machine's CPU time is read again
+SETTLE_S = 0.5
+
+
+def busy_ms() -> float | None:
+    """The machine's CPU time so far (every process: a miss's work after its answer, in a
+    child or a warm launcher's fork, counts too), from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 def nvcc_path() -> str | None:
@@ -249,12 +271,13 @@ def hit_counts(work: Path) -> dict[str, int]:
 
 
 def report_compiles(compile_ms: dict[str, float]) -> None:
-    bare, ccache_hit = compile_ms["miss: g++ alone"], compile_ms.get("hit: ccache")
+    ccache_hit = compile_ms.get("hit: ccache")
     for name, ms in compile_ms.items():
         extra = ""
+        bare = compile_ms.get("cpu miss: g++ alone" if name.startswith("cpu") else "miss: g++ alone")
         if name.startswith("hit:") and ccache_hit:
             extra = f"   {ms / ccache_hit:5.2f}x ccache's hit"
-        elif name.startswith("miss:") and name != "miss: g++ alone":
+        elif "miss:" in name and not name.endswith("g++ alone") and bare:
             extra = f"   overhead {100 * (ms - bare) / bare:+5.1f}% of the compile"
         print(f"  {name:28} {ms:9.2f} ms{extra}")
 

@@ -40,6 +40,7 @@ def project(folder: Path) -> Path:
     (folder / "inc").mkdir(parents=True)
     (folder / "inc" / "value.h").write_text("#define VALUE 3\n")
     (folder / "unit.cpp").write_text('#include "value.h"\n#warning served\nint unit() { return VALUE; }\n')
+    time.sleep(0.05)  # past a clock tick: a source younger than that is bound by no record (a warm miss reads it at once)
     return folder
 
 

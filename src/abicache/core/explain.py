@@ -229,12 +229,13 @@ MISSES_LOG = "misses"
 
 
 def record_miss(store: Store, kind: str, name: str, key: str, wanted: Mapping[str, Any]) -> None:
-    """Note a miss, and how many entries of its name were there (a miss builds: one appended
-    line and one read of the name's index cost nothing beside that)."""
+    """Note a miss, and how many keys of its name were there (a miss builds: one appended
+    line and one read of the name's index cost nothing beside that; listing each key's
+    variants would be a folder listing per key before the compile starts)."""
     import json
     import time
 
-    there = sum(1 for _ in itertools.islice(store.iter_name_variants(kind, name), 256))
+    there = sum(1 for _ in itertools.islice(store.keys_named(kind, name), 256))
     line = json.dumps({"time": time.time(), "kind": kind, "name": name, "key": key, "wanted": dict(wanted),
                        "there": there}, sort_keys=True, separators=(",", ":"), default=str)
     store.log_event(MISSES_LOG, line)

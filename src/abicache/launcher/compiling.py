@@ -39,22 +39,22 @@ def build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, 
     observer = observe.library(tools, trusted=cache.store.trust.ok)
     scratch = tempfile.mkdtemp(prefix="abicache-launch-")
     try:
-        for _ in range(2):
-            rec, moved = _watched(argv, compile, tree, source, observer, scratch, tools, str(cache.root), ran)
-            if not moved:
+        for _ in range(2):  # once more where an input changed meanwhile, unless the front has its outputs
+            rec, moved = _watched(argv, compile, tree, source, observer, scratch, tools, str(cache.root), ran, out)
+            if not moved or ran.answered:
                 break
-        else:
+        if moved:
             rec = record.Record([record.never("changed while compiling", f"{moved} changed while it was compiled")],
                                 [], [], [])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _stage(compile, ran, out)
     return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
 
 
 def _watched(argv: list[str], compile: Compile, tree: Tree, source: str, observer: Path | None, scratch: str,
-             tools: Path, store: str, ran: Ran) -> tuple[record.Record, str | None]:
-    """One run of the compile; (its record, a file read that changed while it ran, or None)."""
+             tools: Path, store: str, ran: Ran, out: Path) -> tuple[record.Record, str | None]:
+    """One run of the compile, its outputs kept in out; (its record, a file read that changed
+    while it ran, or None)."""
     cwd = tree.bases["cwd"]
     own = os.path.join(scratch, "deps.d") if compile.depfile is None and compile.family == "gcc" else None
     command = [*argv, "-MD", "-MF", own] if own else argv
@@ -63,12 +63,14 @@ def _watched(argv: list[str], compile: Compile, tree: Tree, source: str, observe
         env = {**os.environ, **session.env} if session else None
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                               pass_fds=session.fds if session else ())
-        observed = session.result(argv, cwd) if session else None
     ran.stdout, ran.stderr = done.stdout, done.stderr
     if done.returncode != 0:
         raise Failed(argv, done.returncode, done.stdout, done.stderr)
     listed = own or (compile.depfile.path if compile.depfile else None)
     read = depfile.read(Path(listed)) if listed and os.path.exists(listed) else None
+    _stage(compile, ran, out)  # before the front is answered: its build system may remove or rewrite them
+    ran.answer()
+    observed = session.result(argv, cwd) if session else None  # its trace is in scratch, the build's alone
     written = [roots.normal(path, cwd) for path in compile.outputs]  # looked for before they were made
     rec = record.of(observed, read, cwd, tree, (), (scratch, store, *written), tools)
     files = [depcheck.resolve(d, tree.bases) for d in rec.deps]
@@ -95,3 +97,5 @@ def _stage(compile: Compile, ran: Ran, out: Path) -> None:
     for name, data in ((STDOUT, ran.stdout), (STDERR, ran.stderr)):
         if data:  # none for nothing printed: an empty file would be one blob shared by every entry, whose
             (out / name).write_bytes(data)  # ctime each new entry moves (and with it every record's witness)
+        else:
+            (out / name).unlink(missing_ok=True)  # a first run's, compiled again

@@ -3,11 +3,13 @@ printed, and a failed compile (the builder, compiling.py, is imported only by a 
 
 from __future__ import annotations
 
+import os
+
 from ..errors import BuildError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Callable, Sequence
 
 #: the names of an entry's files besides its outputs
 STDOUT, STDERR = "stdout", "stderr"
@@ -29,6 +31,21 @@ class Ran:
     """What the compile printed, once it has run (the launcher replays it even where the
     entry could not be published)."""
 
-    def __init__(self) -> None:
+    def __init__(self, early: Callable[[], None] | None = None) -> None:
         self.stdout: bytes | None = None
         self.stderr = b""
+        #: the warm launcher's answer to the front (launcher/warm.py), once the outputs are kept
+        self.early, self.answered = early, False
+
+    def answer(self) -> None:
+        """Where a warm launcher serves: print what the compile printed and answer the front
+        now (the outputs are in place and kept in the entry's stage); the rest of the miss
+        goes on without the build waiting."""
+        if self.early is None or self.answered or self.stdout is None:
+            return
+        for fd, data in ((1, self.stdout), (2, self.stderr)):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        self.answered = True
+        self.early()

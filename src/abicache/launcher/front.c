@@ -17,8 +17,13 @@
  * Run as a link named after a compiler (`g++ ARGS...`: `abicache launcher --links` makes them),
  * it is that compiler's launcher, as ccache is through /usr/lib/ccache.
  *
+ * Where no record serves, a warm launcher may (launcher/warm.py): a fork of a Python process
+ * that has imported what a miss needs, reached by an abstract socket, which answers the
+ * compile's exit status; else (no server, another user's, a fork that died) Python runs.
+ *
  * `front --abicache-serve-only COMPILER ARGS...` exits 75 instead of running Python (the
- * tests' way to see which one served), and `front --abicache-name ...` prints the name.
+ * tests' way to see which one served), `front --abicache-name ...` prints the name, and
+ * `front --abicache-warm-address` the warm launcher's socket name.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -29,8 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stddef.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <sys/types.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -460,6 +470,195 @@ done:
     return result;
 }
 
+/* ---- the warm launcher (launcher/warm.py) ------------------------------------------- */
+
+static int by_text(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* the server's abstract socket name, as warm.address() computes it; -1 where a part is unreadable */
+static int warm_address(struct sockaddr_un *addr, socklen_t *length) {
+    Sha s;
+    char text[PATH_MAX], hex[65];
+    sha_init(&s);
+    add_part(&s, "abicache-warm 1", 1);
+    snprintf(text, sizeof text, "%u", (unsigned)getuid());
+    add_part(&s, text, 0);
+    snprintf(text, sizeof text, "%u", (unsigned)getgid());
+    add_part(&s, text, 0);
+    int n = getgroups(0, NULL);
+    gid_t *groups = n > 0 ? calloc((size_t)n, sizeof *groups) : NULL;
+    if (n < 0 || (n > 0 && (!groups || getgroups(n, groups) != n))) { free(groups); return -1; }
+    qsort(groups, (size_t)n, sizeof *groups, by_gid);
+    size_t used = 0;
+    text[0] = '\0';
+    for (int i = 0; i < n && used < sizeof text - 16; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%u", i ? "," : "", (unsigned)groups[i]);
+    free(groups);
+    if (used >= sizeof text - 16) return -1;
+    add_part(&s, text, 0);
+    static const char *const spaces[] = {"/proc/self/ns/mnt", "/proc/self/ns/pid", "/proc/self/ns/user"};
+    used = 0;
+    for (int i = 0; i < 3; i++) {
+        char link[256];
+        ssize_t k = readlink(spaces[i], link, sizeof link - 1);
+        if (k <= 0) return -1;
+        link[k] = '\0';
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? "," : "", link);
+    }
+    add_part(&s, text, 0);
+    struct stat root;
+    if (stat("/", &root) != 0) return -1;
+    snprintf(text, sizeof text, "%llu:%llu", (unsigned long long)root.st_dev, (unsigned long long)root.st_ino);
+    add_part(&s, text, 0);
+    int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t got = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (got < 0) return -1;
+    text[got] = '\0';  /* warm.py reads as much, up to a NUL */
+    add_part(&s, text, 0);
+    add_part(&s, ABICACHE_VERSION, 0);
+    add_part(&s, ABICACHE_PYTHON, 0);
+    add_part(&s, ABICACHE_PATH, 0);
+    size_t count = 0;
+    for (char **e = environ; *e; e++) count++;
+    char **chosen = calloc(count + 1, sizeof *chosen);
+    if (!chosen) return -1;
+    size_t k = 0;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "PYTHON", 6) == 0 || strncmp(*e, "LC_", 3) == 0 || strncmp(*e, "HOME=", 5) == 0 ||
+            strncmp(*e, "LANG=", 5) == 0) chosen[k++] = *e;
+    qsort(chosen, k, sizeof *chosen, by_text);
+    for (size_t i = 0; i < k; i++) add_part(&s, chosen[i], 0);
+    free(chosen);
+    sha_hex(&s, hex);
+    memset(addr, 0, sizeof *addr);
+    addr->sun_family = AF_UNIX;
+    static const char prefix[] = "abicache-warm-";  /* after the abstract namespace's NUL */
+    memcpy(addr->sun_path + 1, prefix, sizeof prefix - 1);
+    memcpy(addr->sun_path + sizeof prefix, hex, 40);
+    *length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof prefix + 40);
+    return 0;
+}
+
+static volatile sig_atomic_t warm_pid = 0, forwarded = 0;
+
+static void forward(int sig) {
+    if (warm_pid > 0) kill((pid_t)warm_pid, sig);
+    forwarded = sig;
+}
+
+static int send_all(int fd, const char *data, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, data, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        data += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* the request: its header and the fds (working directory, stdin, stdout, stderr) in one message */
+static int send_request(int fd, char **argv) {
+    int cwd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cwd < 0) return -1;
+    for (int i = 0; i < 3; i++)
+        if (fcntl(i, F_GETFD) < 0) { close(cwd); return -1; }  /* a closed stream: Python's way */
+    size_t length = 0, argc = 0;
+    for (char **a = argv; *a; a++, argc++) length += strlen(*a) + 1;
+    for (char **e = environ; *e; e++) length += strlen(*e) + 1;
+    char *payload = malloc(length ? length : 1), *at = payload;
+    if (!payload) { close(cwd); return -1; }
+    for (char **a = argv; *a; a++) at = stpcpy(at, *a) + 1;
+    for (char **e = environ; *e; e++) at = stpcpy(at, *e) + 1;
+    mode_t mask = umask(0);
+    umask(mask);
+    char head[128];
+    int n = snprintf(head, sizeof head, "abicache-warm 1 %o %zu %zu\n", (unsigned)mask, argc, length);
+    int fds[4] = {cwd, 0, 1, 2};
+    char control[CMSG_SPACE(sizeof fds)];
+    memset(control, 0, sizeof control);
+    struct iovec io = {head, (size_t)n};
+    struct msghdr msg = {0};
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(c), fds, sizeof fds);
+    ssize_t sent;
+    do sent = sendmsg(fd, &msg, MSG_NOSIGNAL); while (sent < 0 && errno == EINTR);
+    close(cwd);
+    int ok = sent >= 0 && (sent == n || send_all(fd, head + sent, (size_t)(n - sent)) == 0) &&
+             send_all(fd, payload, length) == 0;
+    free(payload);
+    return ok ? 0 : -1;
+}
+
+/* one line of the answer; -1 at its end (or after wait_ms without one, where wait_ms >= 0) */
+static int answer_line(int fd, char *line, size_t size, int wait_ms) {
+    size_t used = 0;
+    while (used < size - 1) {
+        if (wait_ms >= 0) {
+            struct pollfd p = {fd, POLLIN, 0};
+            int r = poll(&p, 1, wait_ms);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) return -1;
+        }
+        ssize_t k = read(fd, line + used, 1);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        if (line[used] == '\n') { line[used] = '\0'; return 0; }
+        used++;
+    }
+    return -1;
+}
+
+/* a compile served by a warm launcher: its exit status; -1 where none answered (Python runs it) */
+static int warm(char **argv) {
+    const char *off = getenv("ABICACHE_WARM");
+    if ((off && strcmp(off, "0") == 0) || getenv("ABICACHE_TRACE_FD")) return -1;
+    struct sockaddr_un addr;
+    socklen_t length;
+    if (warm_address(&addr, &length) != 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct ucred peer;
+    socklen_t size = sizeof peer;
+    char line[64];
+    long pid = 0;
+    if (connect(fd, (struct sockaddr *)&addr, length) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != geteuid() ||
+        send_request(fd, argv) != 0 || answer_line(fd, line, sizeof line, 10000) != 0 ||
+        sscanf(line, "pid %ld", &pid) != 1 || pid <= 0) {
+        close(fd);
+        return -1;
+    }
+    warm_pid = (sig_atomic_t)pid;
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    struct sigaction act = {0};
+    act.sa_handler = forward;  /* no SA_RESTART: a read it interrupts is read again */
+    for (size_t i = 0; i < sizeof signals / sizeof *signals; i++) sigaction(signals[i], &act, NULL);
+    int status;
+    int got = answer_line(fd, line, sizeof line, -1);
+    close(fd);
+    if (got == 0 && sscanf(line, "status %d", &status) == 1 && !forwarded) return status;
+    if (got == 0 && strcmp(line, "exec") == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "abicache: cannot run %s: %s\n", argv[0], strerror(errno));
+        return 127;
+    }
+    if (forwarded) {  /* the build stopped the compile: this process ends by the signal it sent */
+        signal(forwarded, SIG_DFL);
+        raise(forwarded);
+        return 128 + forwarded;
+    }
+    return -1;  /* the fork died: Python runs the compile again, the whole way */
+}
+
 static int hand_over(char **argv) {
     int n = 0;
     while (argv[n]) n++;
@@ -470,7 +669,8 @@ static int hand_over(char **argv) {
     /* sys.path holds '' (the working directory) for -c: dropped, so no file of the build folder is
      * imported as a module; abicache's own folder first (ABICACHE_PATH, a Python literal) */
     args[2] = "import sys; sys.path[:] = [" ABICACHE_PATH ", *(p for p in sys.path if p)]; "
-              "from abicache.cli import main; raise SystemExit(main(sys.argv[1:]))";
+              "from abicache.cli import main; from abicache.launcher.warm import after; "
+              "raise SystemExit(after(main(sys.argv[1:])))";
     for (int i = 0; i < n; i++) args[3 + i] = argv[i];
     execv(ABICACHE_PYTHON, args);
     fprintf(stderr, "abicache: cannot run %s: %s; running the compiler as written\n", ABICACHE_PYTHON, strerror(errno));
@@ -527,12 +727,20 @@ int main(int argc, char **argv) {
         }
         argv[0] = real;
         if (serve(argv) == 0) return 0;
-        return hand_over(argv);
+        int status = warm(argv);
+        return status >= 0 ? status : hand_over(argv);
     }
     if (argc > 1 && strcmp(argv[1], "--abicache-name") == 0) {
         char root[PATH_MAX], name[65];
         if (argc < 3 || default_root(root, sizeof root) != 0 || record_name(root, argv + 2, name) != 0) return 1;
         printf("%s\n", name);
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--abicache-warm-address") == 0) {
+        struct sockaddr_un addr;
+        socklen_t length;
+        if (warm_address(&addr, &length) != 0) return 1;
+        printf("%.*s\n", (int)(length - offsetof(struct sockaddr_un, sun_path) - 1), addr.sun_path + 1);
         return 0;
     }
     int only = argc > 1 && strcmp(argv[1], "--abicache-serve-only") == 0;
@@ -542,5 +750,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (serve(command) == 0) return 0;
-    return only ? HANDED : hand_over(command);
+    if (only) return HANDED;
+    int status = warm(command);
+    return status >= 0 ? status : hand_over(command);
 }

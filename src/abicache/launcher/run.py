@@ -18,13 +18,17 @@ from . import command, paths
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Sequence
+    from typing import Any, Callable, Sequence
 
     from ..core.artifact import Artifact
     from ..core.cache import Cache
 
 #: the entries of compiles the launcher made
 KIND = "cc.compile"
+#: set by a warm launcher's fork (launcher/warm.py): HANDOFF() has the front run a command the
+#: cache cannot serve, as written; EARLY() answers it once a miss's outputs are kept
+HANDOFF: Callable[[], None] | None = None
+EARLY: Callable[[], None] | None = None
 
 
 def main(argv: Sequence[str]) -> int:
@@ -60,7 +64,7 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
     cache = _cache()
     inputs = _inputs(cache, words, asked, cwd, base)
     seen = _looked_at(cache, words[0], asked)
-    ran = entry.Ran()
+    ran = entry.Ran(EARLY)
     name = os.path.basename(asked.source) or "source"
     try:
         found = cache.unaudited("object").get_or_build(KIND, name, inputs, _builder(cache, words, asked, ran),
@@ -73,10 +77,11 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
     except (AbicacheError, OSError) as exc:
         if ran.stdout is None:  # nothing ran yet: the compiler runs as written
             raise _Unusable("abicache error", f"abicache: {exc}; compiling without the cache") from None
-        _print(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
+        if not ran.answered:
+            _print(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
         sys.stderr.write(f"abicache: the object was built but not cached: {exc}\n")
         return 0
-    if ran.stdout is not None:  # built here: the outputs are where the compiler wrote them
+    if ran.stdout is not None and not ran.answered:  # built here: the outputs are where the compiler wrote them
         _print(ran.stdout, ran.stderr)
     _note(cache, argv, asked, found, seen, built=ran.stdout is not None)
     return 0
@@ -241,6 +246,8 @@ def _as_written(argv: Sequence[str], reason: str, say: str = "") -> int:
     if say:
         sys.stderr.write(say + "\n")
     _count_uncacheable(reason)
+    if HANDOFF is not None:
+        HANDOFF()  # a warm launcher's fork: the front runs it (never returns)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

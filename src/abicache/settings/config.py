@@ -53,6 +53,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_BASE_DIR": ("", "the launcher (abicache g++ ...): paths under this folder are made relative to the "
                           "working directory before the compiler runs, so clones of a project at different "
                           "places share hits, as ccache's base_dir (empty: paths stay as written)"),
+    "ABICACHE_WARM": ("1", "0: the launcher's native front never hands a miss to a warm launcher (a Python "
+                      "process that has imported what a miss needs, forked per compile); every miss then starts "
+                      "Python (read from the environment alone, as the front is)"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
                        "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
     "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): a build that takes the store "

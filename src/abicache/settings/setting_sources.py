@@ -52,6 +52,8 @@ USER_ONLY = frozenset({
 ENV_ONLY = {
     "ABICACHE_DROPIN": "it is read from the environment alone, as every interpreter starts (the wheel's .pth), "
                        "before any config file could be: export ABICACHE_DROPIN instead",
+    "ABICACHE_WARM": "it is read from the environment alone, by the launcher's native front, which reads no "
+                     "config file: export ABICACHE_WARM instead",
 }
 
 
