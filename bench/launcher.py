@@ -10,7 +10,8 @@ wall time, alternating runs, medians:
   overhead as a share of the compile, in wall time (what the build waits for) and in the
   machine's CPU time until half a second after it (`cpu miss:` rows, from /proc/stat: what a
   miss leaves to a child or a warm launcher's fork after it answered counts too; on a machine
-  otherwise idle).
+  otherwise idle). Beside the overhead of the medians, the median of each run's overhead
+  against the bare compile of its own round ("paired by round": less of a noisy machine's drift).
 
 A project (default a generated tree of 60 units; `--sdist lightgbm==4.5.0`: a public C++
 project from PyPI, its CMakeLists as released, fetched once into bench/results/sdists):
@@ -139,7 +140,14 @@ def per_compile(work: Path, launchers: dict[str, list[str]], runs: int, cuda: bo
             time.sleep(SETTLE_S)  # what a miss leaves to children (a record; a warm fork's entry) ends meanwhile
             if busy is not None:
                 times.setdefault(f"cpu miss: {name}", []).append(busy_ms() - busy)
-    return {name: statistics.median(t) for name, t in times.items()}
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    for row in ("miss", "cpu miss"):  # each run against the bare compile of its own round: less of the noise
+        bare = times.get(f"{row}: g++ alone", [])
+        for name in launchers:
+            if name != "g++ alone" and len(times.get(f"{row}: {name}", [])) == len(bare) > 0:
+                medians[f"paired {row}: {name}"] = statistics.median(
+                    100 * (t - b) / b for t, b in zip(times[f"{row}: {name}"], bare))
+    return medians
 
 
 #: seconds after each miss before the machine's CPU time is read again
@@ -273,12 +281,16 @@ def hit_counts(work: Path) -> dict[str, int]:
 def report_compiles(compile_ms: dict[str, float]) -> None:
     ccache_hit = compile_ms.get("hit: ccache")
     for name, ms in compile_ms.items():
+        if name.startswith("paired"):
+            continue
         extra = ""
         bare = compile_ms.get("cpu miss: g++ alone" if name.startswith("cpu") else "miss: g++ alone")
         if name.startswith("hit:") and ccache_hit:
             extra = f"   {ms / ccache_hit:5.2f}x ccache's hit"
         elif "miss:" in name and not name.endswith("g++ alone") and bare:
-            extra = f"   overhead {100 * (ms - bare) / bare:+5.1f}% of the compile"
+            paired = compile_ms.get(f"paired {name}")
+            extra = f"   overhead {100 * (ms - bare) / bare:+5.1f}% of the compile" + (
+                f" (paired by round: {paired:+5.1f}%)" if paired is not None else "")
         print(f"  {name:28} {ms:9.2f} ms{extra}")
 
 
