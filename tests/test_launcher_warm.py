@@ -15,27 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-SRC = Path(__file__).resolve().parents[1] / "src"
+from test_launcher_front import SRC, environment, front  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("cc") is None
                                 or not os.path.exists("/proc/self/ns/mnt"),
                                 reason="g++, cc (which builds the front) and Linux namespaces are needed")
 
 SERVER = "from abicache.launcher.warm import serve"
-
-
-def environment(**more: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(SRC), **more}
-
-
-@pytest.fixture
-def front(tmp_path: Path) -> Path:
-    done = subprocess.run([sys.executable, "-m", "abicache", "launcher", "--json"], capture_output=True, text=True,
-                          env=environment(), check=True)
-    made = json.loads(done.stdout)
-    assert made["path"], made["why"]
-    return Path(made["path"])
 
 
 @pytest.fixture
@@ -66,6 +52,21 @@ def stop_servers(home: str) -> None:
             pass
 
 
+def address_of(front: Path, env: dict[str, str]) -> str:
+    """The warm launcher's socket name as the front computes it here."""
+    return subprocess.run([str(front), "--abicache-warm-address"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def nobody() -> int:
+    """The uid of another user (processes of another user need root here)."""
+    if os.geteuid() != 0:
+        pytest.skip("a process of another user needs root here")
+    import pwd
+
+    return pwd.getpwnam("nobody").pw_uid
+
+
 def project(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "value.h").write_text("#define VALUE 3\n")
@@ -88,8 +89,7 @@ def warm_server(front: Path, folder: Path, env: dict[str, str], tmp_path: Path) 
     """A first miss, run in Python, starts the server; wait until it answers."""
     assert compile(front, folder, env, "g++", "-DRUN=0", "-c", "unit.cpp", "-o", "first.o").returncode == 0
     assert "warm import after" in started_by(tmp_path)
-    address = subprocess.run([str(front), "--abicache-warm-address"], env=env, capture_output=True, text=True,
-                             check=True).stdout.strip()
+    address = address_of(front, env)
     import socket
 
     for _ in range(200):
@@ -107,8 +107,7 @@ def warm_server(front: Path, folder: Path, env: dict[str, str], tmp_path: Path) 
 def test_the_front_names_the_server_as_python_does(front: Path, home: dict[str, str], tmp_path: Path) -> None:
     def names(**more: str) -> tuple[str, str]:
         env = {**home, **more}
-        native = subprocess.run([str(front), "--abicache-warm-address"], env=env, capture_output=True, text=True,
-                                check=True).stdout.strip()
+        native = address_of(front, env)
         python = subprocess.run([sys.executable, "-c", "from abicache.launcher import warm; "
                                  "print(warm.address()[1:].decode())"], env=env, capture_output=True, text=True,
                                 check=True).stdout.strip()
@@ -194,17 +193,12 @@ def test_a_signal_the_build_sends_stops_the_compile_and_the_front(front: Path, h
 def test_no_server_but_this_users_own_is_trusted(front: Path, home: dict[str, str], tmp_path: Path) -> None:
     """A process of another user holding the name (it could answer `status 0` having compiled
     nothing, or something else) is never believed: Python compiles."""
-    if os.geteuid() != 0:
-        pytest.skip("a process of another user needs root here")
-    import pwd
-
+    other = nobody()
     folder = project(tmp_path / "p")
-    address = subprocess.run([str(front), "--abicache-warm-address"], env=home, capture_output=True, text=True,
-                             check=True).stdout.strip()
-    nobody = pwd.getpwnam("nobody").pw_uid
+    address = address_of(front, home)
     squatter = subprocess.Popen(
         [sys.executable, "-c", "import os, socket, sys\n"
-         f"os.setuid({nobody}); s = socket.socket(socket.AF_UNIX); s.bind(b'\\0{address}'); s.listen(8)\n"
+         f"os.setuid({other}); s = socket.socket(socket.AF_UNIX); s.bind(b'\\0{address}'); s.listen(8)\n"
          "print('ready', flush=True)\n"
          "while True:\n    c, _ = s.accept(); c.recv(1 << 20); c.sendall(b'pid 1\\nstatus 0\\n'); c.close()\n"],
         stdout=subprocess.PIPE, text=True)
@@ -232,9 +226,7 @@ def test_an_observed_build_and_another_namespace_are_never_served_warm(front: Pa
         pytest.skip("unshare -m is not allowed here")
     inside = subprocess.run([unshare, "-m", str(front), "--abicache-warm-address"], env=home, capture_output=True,
                             text=True, check=True).stdout.strip()
-    outside = subprocess.run([str(front), "--abicache-warm-address"], env=home, capture_output=True, text=True,
-                             check=True).stdout.strip()
-    assert inside != outside
+    assert inside != address_of(front, home)
 
 
 def test_a_server_leaves_when_idle(home: dict[str, str]) -> None:
@@ -248,18 +240,13 @@ def test_a_server_leaves_when_idle(home: dict[str, str]) -> None:
 def test_a_server_serves_no_other_user(front: Path, home: dict[str, str], tmp_path: Path) -> None:
     """Another user's process that connects (to have a compile run as this user) is closed on
     before it is read."""
-    if os.geteuid() != 0:
-        pytest.skip("a process of another user needs root here")
-    import pwd
-
+    other = nobody()
     folder = project(tmp_path / "p")
     warm_server(front, folder, home, tmp_path)
-    address = subprocess.run([str(front), "--abicache-warm-address"], env=home, capture_output=True, text=True,
-                             check=True).stdout.strip()
-    nobody = pwd.getpwnam("nobody").pw_uid
+    address = address_of(front, home)
     client = subprocess.run(
         [sys.executable, "-c", "import os, socket\n"
-         f"os.setuid({nobody}); s = socket.socket(socket.AF_UNIX); s.connect(b'\\0{address}')\n"
+         f"os.setuid({other}); s = socket.socket(socket.AF_UNIX); s.connect(b'\\0{address}')\n"
          "body = b'/bin/true\\0'\n"
          "try:\n"
          "    socket.send_fds(s, [b'abicache-warm 1 22 1 %d\\n' % len(body) + body], [os.open('/', os.O_RDONLY), 0, 1, 2])\n"
