@@ -1,8 +1,8 @@
 """witness.c: a hit record's witnesses checked in one native call, built once per store.
 
-A torch extension's record holds ~600 witnesses (the system headers its build read): os.stat
+A torch extension's record holds ~680 witnesses (the system headers its build read): os.stat
 checks them at ~4 us each, 2.5 ms of a call whose floor (importing the .so by path) is
-1.4 ms; witness.c checks them at ~0.7 us each. It is built with the C compiler beside a
+1.4 ms; witness.c checks them at ~2 us each (one lstat: a record says which are links). It is built with the C compiler beside a
 build that made a large record (writer.py: a process that compiles anyway; a hit spawns
 nothing), under the store's tools/ as the observer and the launcher's front are, and its
 path is in the record. A hit loads it with ctypes only where it is a regular file of this
@@ -33,27 +33,38 @@ _loaded: dict[str, Any] = {}
 class Native:
     """witness.c's two calls (its comments say what each does)."""
 
-    __slots__ = ("_hold", "_arm", "_buffer", "_refused")
+    __slots__ = ("_hold", "_arm", "_loaded", "_buffer", "_refused")
 
     def __init__(self, library: Any) -> None:
         import ctypes
 
         self._hold, self._arm = library.abicache_hold, library.abicache_arm
         self._hold.restype = self._arm.restype = ctypes.c_int
-        self._hold.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+        self._hold.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
         self._arm.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+        self._loaded = library.abicache_loaded
+        self._loaded.restype = ctypes.c_int
+        self._loaded.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
         self._buffer, self._refused = ctypes.create_string_buffer, ctypes.ArgumentError
 
-    def hold(self, kinds: bytes, paths: bytes, numbers: bytes) -> bytes | None:
-        """paths: NUL-terminated, one after another; numbers: 4 x int64 a witness. The
-        flags of each witness where all hold (1 a symbolic link, 2 other hard links)."""
-        flags = self._buffer(len(kinds) or 1)
+    def hold(self, kinds: bytes, paths: bytes, numbers: bytes) -> bool:
+        """paths: NUL-terminated, one after another; numbers: 4 x int64 a witness. Whether
+        every witness holds."""
         try:
-            if self._hold(len(kinds), kinds, paths, numbers, flags) != -1:
-                return None
+            return self._hold(len(kinds), kinds, paths, numbers) == -1
         except self._refused:  # never a traceback from a hit: the full lookup
+            return False
+
+    def loaded(self, soname: bytes) -> str | None:
+        """The file of the library this process loaded by that soname (native/loaded.py's
+        answer for it); None where it is not loaded or the helper cannot tell."""
+        out = self._buffer(4096)
+        try:
+            if self._loaded(soname, out, 4096) != 0:
+                return None
+        except self._refused:
             return None
-        return flags.raw[:len(kinds)]
+        return os.fsdecode(out.value)
 
     def arm(self, fd: int, paths: Sequence[str], masks: Sequence[int]) -> list[int] | None:
         """The watch descriptor of each path, armed for its mask; None where one was not."""

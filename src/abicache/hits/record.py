@@ -2,24 +2,31 @@
 
 `<root>/v3/hits/<name>` (naming.py), written by writer.py with one rename:
 
-    abicache-hit 2 <witnesses> <length of the text>\\n
+    abicache-hit 3 <witnesses> <watched> <length of the text>\\n
     <4 x 64-bit integers a witness>
+    <a 32-bit inotify mask a watched path>
     <text: NUL-separated: deadline, the store's real root, the file to load, its entry's
      folder, the names in that folder ('/'-separated), the seconds between last-use
      touches, the build seconds a hit saves, where the build's witnesses start (the
      in-process memo watches those, as it watches an Artifact's dependencies), the native
      check of the build's witnesses or nothing (native.py), one letter a witness, then a
-     path a witness>
+     path a witness, then a path a watched path (the watch's plan: store/watch.py plan)>
 
 A witness is a path and what to compare (os.stat's fields):
     l  lstat: inode, size, mtime, ctime (the store's files and folders: any write, chmod,
        chown, link or rename moves the ctime, which no one can set back)
-    s  stat: the same, through links (a dependency, a system file, a compiler)
+    s  stat: the same, through links (a compiler, a config file)
+    f  lstat: the same, of a file the build read that no symbolic link leads to (a
+       dependency, a system file); n the same, for a file with other hard links; k the
+       same through a symbolic link, which it must still be. The in-process watch needs to
+       know which files are reached through a link or another name (store/watch.py): the
+       record says so, and the hit arms the watch before it checks a witness of the build.
     d  stat of a folder whose names a lookup relied on (missing paths, a listing): a name
        created, removed or renamed there moves its mtime
     t  lstat: inode, mode, owner and group (a folder above the store: whom it trusts, not
        when it last changed)
-    a  lstat fails: nothing there, not even a link
+    a  lstat fails: nothing there, not even a link (and, among the build's witnesses, l is
+       each symbolic link met on the way to a k file: one retargeted since is a new inode)
     m  the same, for a path the build looked for and did not find (its folder is watched
        for names later in the process, as store/deps.py's missing paths are)
     c  the C++ runtime this process loads is this file (native/loaded.py), as stat'ed:
@@ -39,7 +46,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from stat import S_ISREG
+from stat import S_ISLNK, S_ISREG
 from struct import Struct
 
 from . import naming
@@ -57,8 +64,9 @@ FOLDER = "hits"
 #: a record's size at most (a build that read 10^4 headers: about 1 MiB)
 MAX_BYTES = 8 << 20
 _WITNESS = Struct("<4q")
+_MASK = Struct("<I")
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-_KINDS = frozenset(b"lsdtamc")
+_KINDS = frozenset(b"lsdtamcfnk")
 #: the text's fields before the paths (encode)
 _HEAD = 10
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -69,27 +77,30 @@ def folder(root: str) -> str:
 
 
 def encode(deadline: float, root: str, file: str, entry: str, names: Sequence[str], touch: float, seconds: float,
-           build: int, witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]], helper: str = "") -> bytes:
+           build: int, witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]], helper: str = "",
+           plan: Sequence[tuple[str, int]] = ()) -> bytes:
     """A record's bytes; witnesses: (kind letter, path, the four numbers); helper: witness.c
-    built (native.py), or ""."""
+    built (native.py), or ""; plan: the watch of the build's witnesses (store/watch.py plan)."""
     text = b"\0".join([repr(deadline).encode(), os.fsencode(root), os.fsencode(file), os.fsencode(entry),
                        _listing(names), repr(float(touch)).encode(), repr(float(seconds)).encode(), b"%d" % build,
                        os.fsencode(helper), "".join(k for k, _, _ in witnesses).encode(),
-                       *(os.fsencode(p) for _, p, _ in witnesses)])
+                       *(os.fsencode(p) for _, p, _ in witnesses), *(os.fsencode(p) for p, _ in plan)])
     numbers = b"".join(_WITNESS.pack(*w) for _, _, w in witnesses)
-    return b"%s %d %d\n" % (naming.FORMAT, len(witnesses), len(text)) + numbers + text
+    masks = b"".join(_MASK.pack(m) for _, m in plan)
+    return b"%s %d %d %d\n" % (naming.FORMAT, len(witnesses), len(plan), len(text)) + numbers + masks + text
 
 
 class Served:
     """A record that held: the file to load, and whether it still holds later in this
     process (the in-process memo asks, as it asks an Artifact: current())."""
 
-    __slots__ = ("file", "path", "root", "seconds", "_watched", "_env", "_cwd", "_watch")
+    __slots__ = ("file", "path", "root", "seconds", "_watched", "_plan", "_env", "_cwd", "_watch")
 
     def __init__(self, file: str, path: str, root: str, seconds: float, watched: Built,
-                 watch: Watch | None = None) -> None:
+                 plan: Sequence[tuple[str, int]], watch: Watch | None = None) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
         self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
+        self._plan = plan  # its watch's
         self._env, self._cwd = naming.environment(), _cwd()
         self._watch = watch
 
@@ -101,7 +112,7 @@ class Served:
             return False
         if self._watch is not None and self._watch.unchanged():
             return True
-        watch = _arm(self._watched)
+        watch = _arm(self._plan)
         if not _hold(self._watched.items()):
             return False
         self._watch = _settled(watch, self._watched)
@@ -125,31 +136,23 @@ class Built:
         return self._items
 
 
-def _arm(built: Built, flags: bytes | None = None, batch: Batch | None = None) -> Watch:
+def _arm(plan: Sequence[tuple[str, int]], batch: Batch | None = None) -> Watch:
     """A watch of what the build read, armed by the call a record serves, so that the
     process's next call asks it in microseconds (issue 49: arming it there cost the second
-    call 1.4 ms); its witnesses are checked after it is armed (nothing slips between).
-    flags: native.py's, which of them are links (the watch need not lstat each file);
-    batch: native.py's arming, in one call."""
+    call 1.4 ms); armed before any of its witnesses is checked, so nothing slips between.
+    The record holds its plan (store/watch.py plan: which paths for what, made by the writer
+    from the witnesses, which say which files are links or have other names); batch:
+    native.py's arming, in one call."""
     from ..store import watch
 
-    kinds, paths = built.kinds, built.paths
-    files = [p for k, p in zip(kinds, paths) if k == "s"]
-    folders = {*(p for k, p in zip(kinds, paths) if k == "d"),
-               *(os.path.dirname(p) for k, p in zip(kinds, paths) if k == "m")}
-    behind = None
-    if flags is not None:
-        links = [p for k, p, f in zip(kinds, paths, flags) if k == "s" and f == 1]
-        others = {p for k, p, f in zip(kinds, paths, flags) if k == "s" and f == 2}
-        behind = (watch.link_folders(links), {*links, *others})
-    return watch.Watch(files, sorted(folders), behind, batch)
+    return watch.Watch((), (), None, batch, plan)
 
 
 def _settled(watch: Watch, built: Built) -> Watch:
     """The stat fallback compares witnesses (where inotify is out of watches): a missing
     path has none, so a build that looked for one keeps no fallback."""
-    if "m" not in built.kinds:
-        watch.settle_later(lambda: [(p, w) for _, p, w in built.items()])
+    if "m" not in built.kinds:  # what a stat through links compares: not a link's own (l) nor a folder's owner (t)
+        watch.settle_later(lambda: [(p, w) for k, p, w in built.items() if k not in "lt"])
     return watch
 
 
@@ -196,40 +199,44 @@ def read(path: str) -> bytes | None:
 
 def _judge(data: bytes, real: str) -> Served | None:
     head, _, body = data.partition(b"\n")
-    magic, count, length = head.rsplit(b" ", 2)
-    n, size = int(count), int(length)
-    if magic != naming.FORMAT or len(body) != n * _WITNESS.size + size:
+    magic, count, planned, length = head.rsplit(b" ", 3)
+    n, p, size = int(count), int(planned), int(length)
+    at = n * _WITNESS.size + p * _MASK.size
+    if magic != naming.FORMAT or len(body) != at + size:
         return None
-    numbers = body[:n * _WITNESS.size]
-    fields = body[n * _WITNESS.size:].split(b"\0", _HEAD)
+    numbers, masks = body[:n * _WITNESS.size], body[n * _WITNESS.size:at]
+    fields = body[at:].split(b"\0", _HEAD)
     deadline, root, file, entry, names, touch, seconds, build, helper, kinds, blob = fields
     if len(kinds) != n or not _KINDS.issuperset(kinds) or os.fsdecode(root) != real:
         return None
     if time.time() >= float(deadline):
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
     paths = blob.decode(_ENCODING, _ERRORS).split("\0")  # at once: os.fsdecode a path cost 4 ms a torch record
-    if len(paths) != n:
+    if len(paths) != n + p:
         return None
+    plan = list(zip(paths[n:], (m for (m,) in _MASK.iter_unpack(masks))))
     folder, start = os.fsdecode(entry), int(build)
-    stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:start * _WITNESS.size])))
-    if not _hold(stored) or _listing(os.listdir(folder)) != names:
-        return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
-    built = Built(kinds[start:].decode(), paths[start:], numbers[start * _WITNESS.size:])
+    size = start * _WITNESS.size
+    built = Built(kinds[start:].decode(), paths[start:n], numbers[size:])
     found = _native(os.fsdecode(helper), len(built.kinds))
     if found is None:
-        watch = _arm(built)  # before what the build read is checked: nothing slips between
+        stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:size])))
+        if not _hold(stored) or _listing(os.listdir(folder)) != names:
+            return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
+        watch = _arm(plan)  # before what the build read is checked: nothing slips between
         if not _hold(built.items()):
             return None
     else:
-        args = (kinds[start:], _tail(blob, start), built.numbers)
-        flags = found.hold(*args)  # which are links: what the watch must know of each file
-        if flags is None:
+        held = (blob.rsplit(b"\0", p)[0] if p else blob) + b"\0"  # the witnesses' paths, each NUL-terminated
+        cut = _after(held, start)
+        if not found.hold(kinds[:start], held[:cut], numbers[:size]) or \
+                not _runtime(kinds[:start], paths, found) or _listing(os.listdir(folder)) != names:
             return None
-        watch = _arm(built, flags, found.arm)
-        if found.hold(*args) is None:  # again, now the watch is armed: nothing slips between
+        watch = _arm(plan, found.arm)  # before what the build read is checked: nothing slips between
+        if not found.hold(kinds[start:], held[cut:], built.numbers):  # checked once
             return None
     _touch(folder, float(touch))
-    return Served(os.fsdecode(file), folder, real, float(seconds), built, _settled(watch, built))
+    return Served(os.fsdecode(file), folder, real, float(seconds), built, plan, _settled(watch, built))
 
 
 #: native.py WORTH, here so that a record too small for the native check imports nothing more
@@ -247,12 +254,26 @@ def _native(helper: str, count: int) -> Native | None:
     return native.holder(helper)
 
 
-def _tail(blob: bytes, start: int) -> bytes:
-    """The paths from the start-th on, each NUL-terminated (witness.c's paths)."""
+def _after(blob: bytes, start: int) -> int:
+    """Where the start-th path begins: the paths before it, each NUL-terminated (witness.c's
+    paths), are blob[:_after(blob, start)]."""
     at = 0
     for _ in range(start):
         at = blob.index(b"\0", at) + 1
-    return blob[at:] + b"\0"
+    return at
+
+
+def _runtime(kinds: bytes, paths: Sequence[str], found: Native) -> bool:
+    """The c witnesses' other half (the native check stats them): each names the C++ runtime
+    this process loads."""
+    if b"c" not in kinds:
+        return True
+    loaded = found.loaded(b"libstdc++.so.6")  # native/loaded.py LIBSTDCXX
+    if loaded is None:
+        from ..native.loaded import libstdcxx_path  # not loaded yet: it loads it, as a C++ library would
+
+        loaded = libstdcxx_path()
+    return all(paths[i] == loaded for i, k in enumerate(kinds) if k == 99)  # 99: b"c"
 
 
 def _listing(names: Sequence[str]) -> bytes:
@@ -275,6 +296,14 @@ def _hold(witnesses: Sequence[tuple[str, str, tuple[int, ...]]]) -> bool:
         try:
             if kind == "l":
                 st = lstat(path)
+            elif kind in "fn":
+                st = lstat(path)
+                if S_ISLNK(st.st_mode):
+                    return False
+            elif kind == "k":
+                if not S_ISLNK(lstat(path).st_mode):
+                    return False
+                st = stat(path)
             elif kind == "t":
                 st = lstat(path)
                 if (st.st_ino, st.st_mode, st.st_uid, st.st_gid) != w:

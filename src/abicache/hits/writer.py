@@ -43,7 +43,8 @@ CXX_FACTS = frozenset({"platform.glibcxx", "platform.cxxabi"})
 TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
 KINDS = frozenset({"cc.library", "cc.module", "torch.pybind", "torch.classic", "torch.stable"})
 
-Witnesses = list[tuple[str, str, tuple[int, int, int, int]]]
+Witness = tuple[str, str, tuple[int, int, int, int]]
+Witnesses = list[Witness]
 _later: dict[str, tuple[Any, ...]] = {}
 #: record name -> the entry this process recorded under it: once a process, not every call
 _noted: dict[str, str] = {}
@@ -163,14 +164,52 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     real = os.path.realpath(root)
     if naming.name(call, root) != name or real != os.fspath(cache.store.root):
         return "another environment or store"
+    now = time.time_ns()
     taken = witnessed(cache, art, _words(tools), bases, seen, files=files)
     if isinstance(taken, str):
         return taken
     names, deadline, witnesses, build = taken
+    try:
+        links, hops = _hops([p for k, p, _ in witnesses[build:] if k == "k"])
+    except OSError as exc:
+        return f"changed while recorded: {exc}"
+    if any(not stamps.settled(w[2], now) or not stamps.settled(w[3], now) for _, _, w in hops):
+        return "unsettled"
+    witnesses += hops
     data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
-                         art.manifest.build_seconds or 0.0, build, witnesses, _helper(cache, art, len(witnesses) - build))
+                         art.manifest.build_seconds or 0.0, build, witnesses, _helper(cache, art, len(witnesses) - build),
+                         _plan(witnesses[build:], links))
     put(cache.store, record.folder(real), name, data)
     return None
+
+
+def _hops(links: Sequence[str]) -> tuple[set[str], Witnesses]:
+    """(the folder each of these symbolic links leads through, an l witness of each link
+    met on the way): the watch the record plans watches those folders, and a link replaced
+    or retargeted since (a new inode) makes the record hold nothing."""
+    from ..store import watch
+
+    met: dict[str, Witness] = {}
+    for path in links:
+        hop = path
+        for _ in range(40):  # the kernel's own limit on links in a row
+            st = os.lstat(hop)
+            if not stat.S_ISLNK(st.st_mode):
+                break
+            met.setdefault(hop, ("l", hop, _stat(st)))
+            hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
+    return watch.link_folders(links), list(met.values())
+
+
+def _plan(built: Witnesses, links: set[str]) -> list[tuple[str, int]]:
+    """The in-process watch of what the build read, planned (store/watch.py plan): what the
+    served call arms before it checks a witness of the build."""
+    from ..store import watch
+
+    files = [p for k, p, _ in built if k in "fnks"]
+    folders = {*(p for k, p, _ in built if k == "d"), *(os.path.dirname(p) for k, p, _ in built if k == "m")}
+    reached_otherwise = {p for k, p, _ in built if k in "kn"}
+    return watch.plan(files, sorted(folders), (links, reached_otherwise))
 
 
 def _recorded(art: Artifact) -> int:
@@ -401,7 +440,7 @@ def _build(art: Artifact, bases: dict[str, str], remembered: dict[str, list[int]
         path = depcheck.resolve(dep, bases)
         if path is None:
             return f"no base {dep.base!r}"
-        found.append(("d" if dep.sha256.startswith(LISTING) else "s", path, _stat(os.stat(path))))
+        found.append(("d", path, _stat(os.stat(path))) if dep.sha256.startswith(LISTING) else _file(path))
     for group in manifest.absent:
         path = depcheck.resolve(depcheck.Dependency(group.base, group.folder, ""), bases)
         if path is None:
@@ -417,11 +456,23 @@ def _build(art: Artifact, bases: dict[str, str], remembered: dict[str, list[int]
                   for head in sorted({name.partition("/")[0] for name in group.paths()})]
     for group in manifest.system:
         found.append(("d", group.folder, _stat(os.stat(group.folder))))
-        found += [("s", path, _stat(os.stat(path))) for path in group.paths()]
+        found += [_file(path) for path in group.paths()]
     if not all(kind == "m" or remembered.get(path) == [*w] for kind, path, w in found):
         return "unsettled"  # a witness the stamp does not hold as current: the next lookup checks it
     out += found
     return None
+
+
+def _file(path: str) -> Witness:
+    """A file the build read, as a hit record names it (record.py): f (no symbolic link leads
+    to it), n (a file with other hard links), k (a symbolic link): what the in-process watch
+    must know of each, so that the hit arms it before it checks a witness. One lstat, and a
+    stat through a link: what os.stat alone cost. A file that is no longer so at the hit does
+    not hold (a link made or replaced is a new inode or a new ctime)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "k", path, _stat(os.stat(path))
+    return ("n" if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode) else "f"), path, _stat(st)
 
 
 def _stat(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -141,7 +141,8 @@ def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
     taken = writer.witnessed(cache, art, [(argv[0], what)], {"cwd": os.getcwd()}, seen, witnessed, _verification)
     if isinstance(taken, str):
         return taken
-    names, deadline, witnesses, _ = taken
+    names, deadline, taken_witnesses, _ = taken
+    witnesses = [("s" if k in "fnk" else k, p, w) for k, p, w in taken_witnesses]  # the front stats each through links
     if any("\n" in p for _, p, _ in witnesses) or any(os.fsencode(p).count(b"\0") for p in asked.outputs):
         return "a path the record cannot hold"
     data = encode(deadline, real, os.fspath(art.path), names, cache.touch_interval,

@@ -35,6 +35,20 @@ if TYPE_CHECKING:
 Witness = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 
 
+def masks() -> tuple[int, int, int]:
+    """What a watch asks of a file (its own events), of a folder (its names), and of a folder
+    watched for its names and its files' events."""
+    from . import inotify
+
+    file_mask = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_DELETE_SELF
+                 | inotify.IN_MOVE_SELF)
+    # no IN_ATTRIB, IN_MODIFY or IN_CLOSE_WRITE: on a folder those are its files' events,
+    # and asking for them makes the kernel mark each name it has cached there
+    names_mask = (inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE
+                  | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF)
+    return file_mask, names_mask, file_mask | names_mask
+
+
 class _Events:
     """The process's inotify instance and the generation of each watched folder."""
 
@@ -45,14 +59,7 @@ class _Events:
         import atexit
 
         atexit.register(self.close)
-        #: a file's own events; a folder's names; a folder's names and its files' events
-        self.file_mask = (inotify.IN_MODIFY | inotify.IN_ATTRIB | inotify.IN_CLOSE_WRITE | inotify.IN_DELETE_SELF
-                          | inotify.IN_MOVE_SELF)
-        # no IN_ATTRIB, IN_MODIFY or IN_CLOSE_WRITE: on a folder those are its files' events,
-        # and asking for them makes the kernel mark each name it has cached there
-        self.names_mask = (inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO | inotify.IN_CREATE | inotify.IN_DELETE
-                           | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF)
-        self.all_mask = self.file_mask | self.names_mask
+        self.file_mask, self.names_mask, self.all_mask = masks()
         self._add_mask = inotify.IN_MASK_ADD  # a second Watch's mask adds to the first's
         self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
         self.armed: dict[str, int] = {}  # path -> the masks asked of what it reached (what tests look at)
@@ -206,13 +213,31 @@ def link_folders(links: Sequence[str]) -> set[str]:
 MANY = 32
 
 
+def plan(paths: Sequence[str], folders: Sequence[str] = (),
+         behind: tuple[set[str], set[str]] | None = None) -> list[tuple[str, int]]:
+    """What to watch for what (see _masks), in path order, but the folders that hold the
+    symbolic links met on the way to a watched folder: what a hit record keeps (hits/), so
+    that its hit computes none of it; Watch(plan=...) adds those folders as it is armed
+    (where a link is, or is not, may change between the record and the hit)."""
+    wanted = _wanted(masks(), paths, folders, behind)
+    return sorted(wanted.items())
+
+
 def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str],
            behind: tuple[set[str], set[str]] | None = None) -> dict[str, int]:
     """What to watch for what: each file for its own events, and each folder that holds
     one for its names (for all of its files' events where it holds MANY); the folders
     watched for names alone; the folder a link leads to and, where a folder is reached
     through a symbolic link, the folder that holds the link, for everything. behind:
-    _behind(paths) where the caller knows it already (a record's native check: hits/)."""
+    _behind(paths) where the caller knows it already (a record says: hits/)."""
+    wanted = _wanted((events.file_mask, events.names_mask, events.all_mask), paths, folders, behind)
+    return _holders_added(wanted, events.file_mask, events.names_mask)
+
+
+def _wanted(masks: tuple[int, int, int], paths: Sequence[str], folders: Sequence[str],
+            behind: tuple[set[str], set[str]] | None) -> dict[str, int]:
+    """_masks without the folders that hold links on the way to a watched folder."""
+    file_mask, names_mask, all_mask = masks
     listed = set(folders)  # a folder whose listing was read is among the paths too: its names are watched
     paths = [p for p in paths if p not in listed]
     by_folder: dict[str, list[str]] = {}
@@ -221,19 +246,26 @@ def _masks(events: _Events, paths: Sequence[str], folders: Sequence[str],
     wanted: dict[str, int] = {}
     for folder, files in by_folder.items():
         if len(files) > MANY:
-            wanted[folder] = events.all_mask
+            wanted[folder] = all_mask
             continue
-        wanted[folder] = events.names_mask
+        wanted[folder] = names_mask
         for path in files:
-            wanted[path] = events.file_mask
+            wanted[path] = file_mask
     behind_links, reached_otherwise = behind if behind is not None else _behind(paths)
     for path in reached_otherwise:  # in a folder watched as a whole too
-        wanted[path] = events.file_mask
+        wanted[path] = file_mask
     for folder in {*folders, *behind_links}:  # a file watched by a name that is a link: its inode is watched
-        wanted[folder] = wanted.get(folder, 0) | events.names_mask
-    for folder in {*by_folder, *folders, *behind_links}:
-        for holder in _link_holders(folder):  # a link retargeted: a name changed there
-            wanted[holder] = wanted.get(holder, 0) | events.names_mask
+        wanted[folder] = wanted.get(folder, 0) | names_mask
+    return wanted
+
+
+def _holders_added(wanted: dict[str, int], file_mask: int, names_mask: int) -> dict[str, int]:
+    """wanted, with the folder that holds each symbolic link on the way to a folder watched
+    for its names (a link retargeted: a name changed there) watched for its names too."""
+    folders_only = names_mask & ~file_mask  # a name created or removed: asked of folders alone
+    for folder in [path for path, mask in wanted.items() if mask & folders_only]:
+        for holder in _link_holders(folder):
+            wanted[holder] = wanted.get(holder, 0) | names_mask
     return wanted
 
 
@@ -243,12 +275,14 @@ class Watch:
     __slots__ = ("marks", "files", "seen", "owner", "_later")
 
     def __init__(self, paths: Sequence[str], folders: Sequence[str] = (),
-                 behind: tuple[set[str], set[str]] | None = None, batch: Batch | None = None) -> None:
+                 behind: tuple[set[str], set[str]] | None = None, batch: Batch | None = None,
+                 planned: Sequence[tuple[str, int]] | None = None) -> None:
         """Watch paths (files) and the folders that hold them, and folders themselves (for
         entries created or removed in them); and, where a folder is reached through a
         symbolic link, the folder that holds the link (a link retargeted to another
         folder is an event there, not in the old one). See _masks for what for, and behind;
-        batch: arm them in one native call (hits/native.py)."""
+        batch: arm them in one native call (hits/native.py); planned: plan() of them, made
+        before (a hit record's), for paths, folders and behind."""
         self.files: list[tuple[str, Witness]] | None = None  # the stat fallback, set by settle()
         self._later: Callable[[], list[tuple[str, Witness]]] | None = None
         #: (watch descriptors, the generation of each when armed): two lists, not a tuple a
@@ -258,7 +292,10 @@ class Watch:
         events = self.owner = _shared()
         if events is None:
             return
-        wanted = _masks(events, paths, folders, behind)
+        if planned is None:
+            wanted = _masks(events, paths, folders, behind)
+        else:
+            wanted = _holders_added(dict(planned), events.file_mask, events.names_mask)
         with events.lock:
             events.drain()
             order = sorted(wanted)

@@ -10,25 +10,44 @@ from __future__ import annotations
 
 import sys
 
-try:  # CPython's own implementations: 3.11's module, then 3.12's
-    from _sha256 import sha256 as _small_sha256
-except ImportError:  # pragma: no cover - depends on the interpreter
-    try:
-        from _sha2 import sha256 as _small_sha256  # type: ignore[no-redef]
-    except ImportError:
-        _small_sha256 = None  # type: ignore[assignment]
-try:
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover
-    from hashlib import blake2b  # noqa: F401  (re-exported)
+TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
+if TYPE_CHECKING:
+    from typing import Any
 
 #: above this many bytes OpenSSL's start-up is paid back by its speed
 LARGE = 1 << 18
+_small_sha256: Any = None
 
 
 def sha256_hex(data: bytes) -> str:
-    """The sha256 of `data`, in lower-case hex."""
-    if _small_sha256 is None or (len(data) > LARGE or "_hashlib" in sys.modules):
+    """The sha256 of `data`, in lower-case hex. Where OpenSSL's module is loaded already (a
+    process that imported torch, or hashed a file) it is taken: importing CPython's own costs
+    a hit 0.4 ms there."""
+    if len(data) > LARGE or "_hashlib" in sys.modules or _small() is None:
         import hashlib
         return hashlib.sha256(data).hexdigest()
     return _small_sha256(data).hexdigest()
+
+
+def _small() -> Any:
+    """CPython's own sha256: 3.11's module, then 3.12's; None without either."""
+    global _small_sha256
+    if _small_sha256 is None:
+        try:
+            from _sha256 import sha256 as _small_sha256
+        except ImportError:  # pragma: no cover - depends on the interpreter
+            try:
+                from _sha2 import sha256 as _small_sha256  # type: ignore[no-redef]
+            except ImportError:
+                return None
+    return _small_sha256
+
+
+def blake2b(data: bytes = b"", **kwargs: Any) -> Any:
+    """hashlib.blake2b, without importing OpenSSL: imported where it is first asked (a hit
+    asks for none)."""
+    try:
+        from _blake2 import blake2b as made
+    except ImportError:  # pragma: no cover
+        from hashlib import blake2b as made
+    return made(data, **kwargs)
