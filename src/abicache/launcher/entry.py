@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 STDOUT, STDERR = "stdout", "stderr"
 
 
+def write_out(stdout: bytes, stderr: bytes) -> None:
+    """What the compiler printed, printed whole to this process's stdout and stderr."""
+    for fd, data in ((1, stdout), (2, stderr)):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+
 def output_name(index: int) -> str:
     return f"output-{index}"
 
@@ -43,9 +51,6 @@ class Ran:
         goes on without the build waiting."""
         if self.early is None or self.answered or self.stdout is None:
             return
-        for fd, data in ((1, self.stdout), (2, self.stderr)):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+        write_out(self.stdout, self.stderr)
         self.answered = True
         self.early()

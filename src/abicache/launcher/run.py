@@ -72,17 +72,17 @@ def _cached(words: list[str], asked: command.Compile, argv: Sequence[str], cwd: 
         if ran.stdout is None:  # a hit: its files where the compiler writes them
             _replay(found, asked)
     except entry.Failed as exc:
-        _print(exc.stdout, exc.stderr)
+        entry.write_out(exc.stdout, exc.stderr)
         return exc.status
     except (AbicacheError, OSError) as exc:
         if ran.stdout is None:  # nothing ran yet: the compiler runs as written
             raise _Unusable("abicache error", f"abicache: {exc}; compiling without the cache") from None
         if not ran.answered:
-            _print(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
+            entry.write_out(ran.stdout, ran.stderr)  # compiled, not kept: the build goes on
         sys.stderr.write(f"abicache: the object was built but not cached: {exc}\n")
         return 0
     if ran.stdout is not None and not ran.answered:  # built here: the outputs are where the compiler wrote them
-        _print(ran.stdout, ran.stderr)
+        entry.write_out(ran.stdout, ran.stderr)
     _note(cache, argv, asked, found, seen, built=ran.stdout is not None)
     return 0
 
@@ -204,14 +204,14 @@ def _read(source: str) -> tuple[str, tuple[int, int, int, int] | None]:
 def _replay(found: Artifact, asked: command.Compile) -> None:
     """Write the entry's files where the compiler writes them (each whole, by a rename),
     and print what it printed (an OSError: the entry went meanwhile, gc; the compiler runs)."""
-    from .entry import STDERR, STDOUT, output_name
+    from .entry import STDERR, STDOUT, output_name, write_out
 
     if any(not os.path.isdir(os.path.dirname(path) or ".") for path in asked.outputs):
         raise _Unusable("output folder missing")  # the compiler's own error says which
     printed = [_printed(found, name) for name in (STDOUT, STDERR)]
     for index, path in enumerate(asked.outputs):
         _copy(str(found.file(output_name(index))), path)
-    _print(*printed)
+    write_out(*printed)
 
 
 def _printed(found: Artifact, name: str) -> bytes:
@@ -232,13 +232,6 @@ def _copy(source: str, target: str) -> None:
         except OSError:
             pass
         raise
-
-
-def _print(stdout: bytes, stderr: bytes) -> None:
-    for fd, data in ((1, stdout), (2, stderr)):
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
 
 
 def _as_written(argv: Sequence[str], reason: str, say: str = "") -> int:
