@@ -350,6 +350,10 @@ def bench_hits_against(work: Path, other_src: Path, rounds: int = 7) -> dict[str
             got[side]["cc_whole"].append(cc_hit["import"] + cc_hit["call"])
             got[side]["repeat"].append(run(ABICACHE, paths, include, envs[side], repeat=200)["repeat"])
     res = {side: {k: statistics.median(v) for k, v in got[side].items()} for side in sides}
+    # each round's two runs are next to each other: the median of their ratios sees through a
+    # machine that drifts between two speeds across rounds better than the ratio of the medians
+    res["paired"] = {k: statistics.median(a / b for a, b in zip(got["this"][k], got["other"][k]) if b)
+                     for k in got["this"]}
     for side in sides:
         res[side]["recorded_deps"] = float(_recorded(work / f"ac-{side}"))
     return res
@@ -360,7 +364,7 @@ def report_hits(res: dict[str, dict[str, float]], other: Path) -> None:
     from rich.table import Table
 
     table = Table(title=f"Hit path: this checkout against {other} ({JOBS} jobs, medians, alternating rounds)")
-    for column in ("measure", "this", "other", "ratio"):
+    for column in ("measure", "this", "other", "ratio", "paired by round"):
         table.add_column(column)
     rows = [("fresh-process hit, torch extension after import torch: the load", "load", 1e3, "ms"),
             ("  the same with importing abicache.torch (what the process pays)", "load_whole", 1e3, "ms"),
@@ -370,9 +374,10 @@ def report_hits(res: dict[str, dict[str, float]], other: Path) -> None:
             ("repeated in-process hit (load), 200 headers", "repeat", 1e6, "us")]
     for label, k, scale, unit in rows:
         a, b = res["this"][k], res["other"][k]
-        table.add_row(label, f"{a * scale:.2f} {unit}", f"{b * scale:.2f} {unit}", f"{a / b:.2f}x")
+        table.add_row(label, f"{a * scale:.2f} {unit}", f"{b * scale:.2f} {unit}", f"{a / b:.2f}x",
+                      f"{res['paired'][k]:.2f}x")
     table.add_row("files recorded per entry (most)", f"{res['this']['recorded_deps']:.0f}",
-                  f"{res['other']['recorded_deps']:.0f}", "")
+                  f"{res['other']['recorded_deps']:.0f}", "", "")
     Console(width=160).print(table)
 
 
@@ -382,11 +387,12 @@ def main() -> None:
     parser.add_argument("--hits-against", type=Path, metavar="SRC",
                         help="only the hit path, side by side with another checkout's src/ (e.g. a git worktree "
                              "of the previous commit)")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds of --hits-against (7)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-build-"))
     if args.hits_against is not None:
         try:
-            hits = bench_hits_against(work, args.hits_against)
+            hits = bench_hits_against(work, args.hits_against, args.rounds)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         report_hits(hits, args.hits_against)
