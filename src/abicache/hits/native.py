@@ -2,10 +2,10 @@
 
 A torch extension's record holds ~680 witnesses (the system headers its build read): os.stat
 checks them at ~4 us each, 2.5 ms of a call whose floor (importing the .so by path) is
-1.4 ms; witness.c checks them at ~2 us each (one lstat: a record says which are links). It is built with the C compiler beside a
-build that made a large record (writer.py: a process that compiles anyway; a hit spawns
-nothing), under the store's tools/ as the observer and the launcher's front are, and its
-path is in the record. A hit loads it with ctypes only where it is a regular file of this
+1.4 ms; witness.c checks them at ~2 us each (one lstat: a record says which are links). It
+is built with the C compiler beside a build that made a large record (writer.py: a process
+that compiles anyway; a hit spawns nothing), under the store's tools/ as the observer and
+the launcher's front are, and its path is in the record. A hit loads it with ctypes only where it is a regular file of this
 user in a folder of this user, neither writable by anyone else (loading it runs its code);
 anything else, and a record without one, is checked in Python (record.py _hold): the same
 verdicts, tests/test_hits.py checks both on the same witnesses.

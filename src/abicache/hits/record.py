@@ -14,7 +14,8 @@
 
 A witness is a path and what to compare (os.stat's fields):
     l  lstat: inode, size, mtime, ctime (the store's files and folders: any write, chmod,
-       chown, link or rename moves the ctime, which no one can set back)
+       chown, link or rename moves the ctime, which no one can set back; among the build's
+       witnesses, each symbolic link met on the way to a k file: one put back is a new inode)
     s  stat: the same, through links (a compiler, a config file)
     f  lstat: the same, of a file the build read that no symbolic link leads to (a
        dependency, a system file); n the same, for a file with other hard links; k the
@@ -25,8 +26,7 @@ A witness is a path and what to compare (os.stat's fields):
        created, removed or renamed there moves its mtime
     t  lstat: inode, mode, owner and group (a folder above the store: whom it trusts, not
        when it last changed)
-    a  lstat fails: nothing there, not even a link (and, among the build's witnesses, l is
-       each symbolic link met on the way to a k file: one retargeted since is a new inode)
+    a  lstat fails: nothing there, not even a link
     m  the same, for a path the build looked for and did not find (its folder is watched
        for names later in the process, as store/deps.py's missing paths are)
     c  the C++ runtime this process loads is this file (native/loaded.py), as stat'ed:
@@ -216,11 +216,11 @@ def _judge(data: bytes, real: str) -> Served | None:
         return None
     plan = list(zip(paths[n:], (m for (m,) in _MASK.iter_unpack(masks))))
     folder, start = os.fsdecode(entry), int(build)
-    size = start * _WITNESS.size
-    built = Built(kinds[start:].decode(), paths[start:n], numbers[size:])
+    stored_end = start * _WITNESS.size  # the store's witnesses' numbers end there, the build's begin
+    built = Built(kinds[start:].decode(), paths[start:n], numbers[stored_end:])
     found = _native(os.fsdecode(helper), len(built.kinds))
     if found is None:
-        stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:size])))
+        stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:stored_end])))
         if not _hold(stored) or _listing(os.listdir(folder)) != names:
             return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
         watch = _arm(plan)  # before what the build read is checked: nothing slips between
@@ -229,7 +229,7 @@ def _judge(data: bytes, real: str) -> Served | None:
     else:
         held = (blob.rsplit(b"\0", p)[0] if p else blob) + b"\0"  # the witnesses' paths, each NUL-terminated
         cut = _after(held, start)
-        if not found.hold(kinds[:start], held[:cut], numbers[:size]) or \
+        if not found.hold(kinds[:start], held[:cut], numbers[:stored_end]) or \
                 not _runtime(kinds[:start], paths, found) or _listing(os.listdir(folder)) != names:
             return None
         watch = _arm(plan, found.arm)  # before what the build read is checked: nothing slips between

@@ -187,18 +187,18 @@ def _hops(links: Sequence[str]) -> tuple[set[str], Witnesses]:
     """(the folder each of these symbolic links leads through, an l witness of each link
     met on the way): the watch the record plans watches those folders, and a link replaced
     or retargeted since (a new inode) makes the record hold nothing."""
-    from ..store import watch
-
     met: dict[str, Witness] = {}
+    folders: set[str] = set()
     for path in links:
         hop = path
-        for _ in range(40):  # the kernel's own limit on links in a row
+        for _ in range(40):  # the kernel's own limit on links in a row (store/watch.py link_folders)
             st = os.lstat(hop)
             if not stat.S_ISLNK(st.st_mode):
                 break
             met.setdefault(hop, ("l", hop, _stat(st)))
             hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
-    return watch.link_folders(links), list(met.values())
+            folders.add(os.path.dirname(hop))
+    return folders, list(met.values())
 
 
 def _plan(built: Witnesses, links: set[str]) -> list[tuple[str, int]]:
