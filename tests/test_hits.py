@@ -49,6 +49,25 @@ def _built(root: Path) -> Path:
     return root
 
 
+@pytest.mark.parametrize("variable", ["TORCH_CUDA_ARCH_LIST", "CXX", "ABICACHE_TEST_ANYTHING"])
+def test_the_memo_serves_no_call_after_the_environment_changed(root: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               variable: str) -> None:
+    """In one process, a call after any variable changed (one that steers a build, the
+    compiler, or one no list names) asks the store again, as a record's name would: the
+    memo holds the environment it was made in. The same build: the library loaded before."""
+    built = _built(root)
+    _, lib = _load(built)
+    asked: list[str] = []
+    real = cc.build_library
+    monkeypatch.setattr(cc, "build_library", lambda *a, **k: asked.append("lookup") or real(*a, **k))
+    assert cc.load_library("answer", [SRC], cache=Cache(built)) is lib and not asked  # the memo
+    monkeypatch.setenv(variable, os.environ.get(variable, "") + " ")
+    if variable == "CXX":
+        monkeypatch.setenv("CXX", need("c++"))
+    assert cc.load_library("answer", [SRC], cache=Cache(built)) is lib and asked == ["lookup"]
+    assert cc.load_library("answer", [SRC], cache=Cache(built)) is lib and asked == ["lookup"]  # the memo again
+
+
 def test_the_layout_names_match_the_store() -> None:
     from abicache.store import counters, layout, logs
 

@@ -62,7 +62,7 @@ HIT = textwrap.dedent("""
     served = type(next(iter(cc._loaded.values()))[0]).__name__ == "Served"
     print(json.dumps({"value": lib.answer(), "spawned": spawned,
                       "heavy": [m for m in HEAVY if m in sys.modules], "compiled": compiled, "served": served,
-                      "blake2": "_blake2" in sys.modules}))
+                      "blake2": "_blake2" in sys.modules, "engine": "abicache.engine" in sys.modules}))
 """)
 
 
@@ -88,9 +88,12 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
         runs.append(json.loads(out.stdout))
         if runs[-1]["served"]:
             break
-    assert {**runs[0], "blake2": None} == {"value": 7, "spawned": [], "heavy": [], "compiled": [], "served": False,
-                                           "blake2": None}  # the full lookup sums the build's dependencies with blake2
-    assert runs[-1] == {"value": 7, "spawned": [], "heavy": [], "compiled": [], "served": True, "blake2": False}, runs
+    assert {**runs[0], "blake2": None, "engine": None} == {
+        "value": 7, "spawned": [], "heavy": [], "compiled": [], "served": False, "blake2": None,
+        "engine": None}  # the full lookup sums the build's dependencies with blake2, and plans with the engine
+    # served: neither; nor the steering variables (engine/steer.py: the memo compares the whole environment)
+    assert runs[-1] == {"value": 7, "spawned": [], "heavy": [], "compiled": [], "served": True, "blake2": False,
+                        "engine": False}, runs
 
 
 #: what a fresh process's hit must not import at all: typing (2-3 ms), OpenSSL's hashlib (2-3 ms:

@@ -19,8 +19,6 @@ from _collections_abc import Mapping  # collections.abc's, without importing col
 import ctypes  # cc is imported with abicache, so the first hit does not pay for ctypes
 import os
 
-from .engine import steer
-
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
     from types import ModuleType
@@ -33,7 +31,10 @@ if TYPE_CHECKING:
 
     Source = Union[str, "os.PathLike[str]", Mapping[str, str]]
 
+#: memo -> (the artifact or the record that served it, what loading it made, the environment then)
 _loaded: dict[tuple[Any, ...], Any] = {}
+#: os.environ's own table (str on Windows, bytes elsewhere): what the memo compares
+_ENVIRON = os.environ._data  # type: ignore[attr-defined]
 
 
 def __getattr__(name: str) -> Any:
@@ -75,7 +76,7 @@ def load_library(
 ) -> ctypes.CDLL:
     """Build (once) and load a shared library with ctypes."""
     memo = ("lib", name, _fingerprint(sources), lang, tuple(cflags), tuple(ldflags), _where(cache),
-            _here(sources, cflags), _steering())
+            _here(sources, cflags))
     return _load_once(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
@@ -121,7 +122,7 @@ def load_module(
 ) -> ModuleType:
     """Build (once) and import a CPython extension module."""
     memo = ("mod", name, _fingerprint(sources), abi3, lang, tuple(cflags), tuple(ldflags), _where(cache),
-            _here(sources, cflags), _steering())
+            _here(sources, cflags))
     return _load_once(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
@@ -193,12 +194,6 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
     return served, loaded
 
 
-def _steering() -> tuple[Any, ...]:
-    """The compilers and the environment a build here would use: an in-process
-    memo must miss when they change, as the key does."""
-    return steer.fingerprint("CC", "CXX")
-
-
 def _where(cache: Cache | None) -> Any:
     """Which store a memo entry belongs to, as written (a Cache's root before it is opened)."""
     return cache.given_root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
@@ -239,18 +234,22 @@ def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callabl
     compiled from changed (a notebook editing a header and loading again gets
     the new code). gc may remove the entry between lookup and load: then look
     it up (or build it) once more. serve: the first call's hit record (hits/), if
-    one serves it."""
+    one serves it. A memo entry holds the environment it was made in and serves no call
+    after any variable changed: the compilers, $CC, the steering variables and every
+    variable a compiler reads are in it (never looser than the key; a hit record's name
+    holds the whole environment too: hits/naming.py); one comparison of os.environ's
+    table, where picking the steering variables out of it cost each call 2.7 us."""
     held = _loaded.get(memo)
-    if held is not None and held[0].current():
+    if held is not None and held[2] == _ENVIRON and held[0].current():
         return held[1]
     if held is None and serve is not None:
         got = serve()
         if got is not None:
-            _loaded[memo] = got
+            _loaded[memo] = (*got, dict(_ENVIRON))
             return got[1]
     art = get()
     if held is not None and os.fspath(art.path) == os.fspath(held[0].path):  # touched, not changed: the same build
-        _loaded[memo] = (art, held[1])
+        _loaded[memo] = (art, held[1], dict(_ENVIRON))
         return held[1]
     try:
         loaded = load(art)
@@ -259,7 +258,5 @@ def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callabl
             raise
         art = get()
         loaded = load(art)
-    _loaded[memo] = (art, loaded)
+    _loaded[memo] = (art, loaded, dict(_ENVIRON))
     return loaded
-
-

@@ -29,7 +29,7 @@ from .engine import steer
 from .engine.jitargs import cuda_arch_flags, cudart_link, keep_copy, lenient, listed
 from .engine.job import CudaUnits, Embedding, Job
 from .core.cache import Artifact, Cache, default_cache
-from .cc import Plan, _fingerprint, _load_once, _steering, _where, compiler_command
+from .cc import Plan, _fingerprint, _load_once, _where, compiler_command
 from .errors import AbicacheError, UsageError
 from .core.key import Inputs
 from .frontends.patching import Patch
@@ -172,7 +172,7 @@ def load_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
                 backend=backend, cache=cache)
     memo = ("tvm_ffi", name, _fingerprint(cpp_sources or ()), _fingerprint(cuda_sources or ()),
             repr(sorted((k, v) for k, v in args.items() if k not in ("cpp_sources", "cuda_sources", "cache"))),
-            keep_module_alive, _where(cache), _steering())
+            keep_module_alive, _where(cache))
     return _load_once(memo, lambda: build_inline(name, **args), lambda art: _load(art, keep_module_alive))
 
 
@@ -188,7 +188,7 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
     cache = cache or default_cache()
     memo = ("tvm_ffi-load", name, _fingerprint(paths), repr((extra_cflags, extra_cuda_cflags, extra_ldflags,
                                                              extra_include_paths, backend, build_directory)),
-            keep_module_alive, os.getcwd(), _where(cache), _steering())
+            keep_module_alive, os.getcwd(), _where(cache))
 
     def build() -> Artifact:
         art = plan(name, paths, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,

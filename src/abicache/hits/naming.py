@@ -18,7 +18,7 @@ from ..values.digest import sha256_hex
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any
 
 FORMAT = b"abicache-hit 3"  # 2: the native check's path; 3: which files are links, the watch's plan (record.py)
 #: os.environ's own table of bytes (POSIX); elsewhere no record is named
@@ -113,10 +113,3 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
                                     where.encode("utf-8", "surrogateescape"), env)))
 
 
-def same_environment(snapshot: Mapping[bytes, bytes]) -> bool:
-    """Whether the environment is still what a record was found to hold under."""
-    return _RAW == snapshot
-
-
-def environment() -> dict[bytes, bytes]:
-    return dict(_RAW) if _RAW is not None else {}

@@ -94,21 +94,22 @@ class Served:
     """A record that held: the file to load, and whether it still holds later in this
     process (the in-process memo asks, as it asks an Artifact: current())."""
 
-    __slots__ = ("file", "path", "root", "seconds", "_watched", "_plan", "_env", "_cwd", "_watch")
+    __slots__ = ("file", "path", "root", "seconds", "_watched", "_plan", "_cwd", "_watch")
 
     def __init__(self, file: str, path: str, root: str, seconds: float, watched: Built,
                  plan: Sequence[tuple[str, int]], watch: Watch | None = None) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
         self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
         self._plan = plan  # its watch's
-        self._env, self._cwd = naming.environment(), _cwd()
+        self._cwd = _cwd()
         self._watch = watch
 
     def current(self) -> bool:
         """What an entry's in-process memo asks (core/artifact.py Artifact.current): whether
         the files its build read still hold, microseconds once asked (store/watch.py); and
-        the environment and working directory its name was made of."""
-        if not naming.same_environment(self._env) or _cwd() != self._cwd:
+        the working directory its name was made of. The memo compares the environment, the
+        rest of the name, itself (cc.py _load_once: every entry holds the one it was made in)."""
+        if _cwd() != self._cwd:
             return False
         if self._watch is not None and self._watch.unchanged():
             return True
