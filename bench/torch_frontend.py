@@ -5,6 +5,11 @@ process (with `import torch`, which both need), plus a stable-ABI op. The load
 after `import torch` is shown beside its floor: the same `.so` imported by path
 in a fresh process (Python's own import of the file; nothing checked), and
 split in two: importing the frontend's modules, and the load call itself.
+
+    python3 bench/torch_frontend.py [--rounds 11]
+
+Rounds alternate the two tools; this machine runs in two speeds ~30% apart, so 5 rounds
+(the old default) could put most of one tool's in the slow one.
 """
 
 from __future__ import annotations
@@ -101,16 +106,23 @@ print(json.dumps({{"s": time.perf_counter() - t}}))""", env)["s"]
 
 
 def main() -> None:
+    import argparse
+
     from rich.console import Console
     from rich.table import Table
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=11, help="fresh-process rounds of each tool (11)")
+    args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="abicache-torch-bench-"))
     env = {"ABICACHE_DIR": str(work / "abicache"), "TORCH_EXTENSIONS_DIR": str(work / "torch_ext"),
            "ABICACHE_PROGRESS": "0"}
-    measured = measure(env, 5)
+    measured = measure(env, args.rounds)
     ours, theirs = measured["abicache"], measured["torch"]
     stable = stable_cold(env)
-    table = Table(title="abicache.torch vs torch.utils.cpp_extension.load_inline (pybind module, same source)",
+    table = Table(title="abicache.torch vs torch.utils.cpp_extension.load_inline (pybind module, same source, "
+                        f"medians of {args.rounds} rounds)",
                   title_justify="left")
     for col in ("measure", "abicache", "cpp_extension", "cpp_extension / abicache"):
         table.add_column(col, justify="left" if col == "measure" else "right")
