@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from abicache.env import Facts
 from abicache.core.key import Inputs, compute, normalize_flags
 
@@ -40,3 +42,19 @@ def test_flags_are_normalized_but_keep_order() -> None:
     assert normalize_flags([" -O2", "", "  ", "-g "]) == ("-O2", "-g")
     assert key(flags=["-O2", "-g"]) != key(flags=["-g", "-O2"])
     assert key(flags=[" -O2 "]) == key(flags=["-O2"])
+
+
+@pytest.mark.parametrize("size", [0, 3, 1 << 18, (1 << 18) + 1])
+def test_the_short_text_digest_is_sha256_by_whichever_module(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """values/digest.py hashes with CPython's own sha256 or OpenSSL's (whichever the process has
+    or the size pays for): the same digest either way, and blake2b as hashlib's; an interpreter
+    without CPython's module (False: asked once, none) falls back to OpenSSL's."""
+    import hashlib
+
+    from abicache.values import digest
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert digest.sha256_hex(data) == hashlib.sha256(data).hexdigest()
+    assert digest.blake2b(data, digest_size=20).hexdigest() == hashlib.blake2b(data, digest_size=20).hexdigest()
+    monkeypatch.setattr(digest, "_small_sha256", False)
+    assert digest._small() is None and digest.sha256_hex(data) == hashlib.sha256(data).hexdigest()

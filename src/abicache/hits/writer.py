@@ -186,18 +186,19 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
 def _hops(links: Sequence[str]) -> tuple[set[str], Witnesses]:
     """(the folder each of these symbolic links leads through, an l witness of each link
     met on the way): the watch the record plans watches those folders, and a link replaced
-    or retargeted since (a new inode) makes the record hold nothing."""
+    or retargeted since (a new inode) makes the record hold nothing. OSError: a link
+    changed while it was recorded."""
+    from ..store import watch
+
     met: dict[str, Witness] = {}
     folders: set[str] = set()
     for path in links:
-        hop = path
-        for _ in range(40):  # the kernel's own limit on links in a row (store/watch.py link_folders)
-            st = os.lstat(hop)
+        for link, folder in watch.link_hops(path):
+            st = os.lstat(link)
             if not stat.S_ISLNK(st.st_mode):
-                break
-            met.setdefault(hop, ("l", hop, _stat(st)))
-            hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
-            folders.add(os.path.dirname(hop))
+                raise OSError(f"{link}: no longer a symbolic link")
+            met.setdefault(link, ("l", link, _stat(st)))
+            folders.add(folder)
     return folders, list(met.values())
 
 

@@ -195,17 +195,25 @@ def _behind(paths: Sequence[str]) -> tuple[set[str], set[str]]:
 
 def link_folders(links: Sequence[str]) -> set[str]:
     """The folder of each link these symbolic links lead through (a readlink a hop)."""
-    folders: set[str] = set()
-    for path in links:
-        hop = path
-        for _ in range(40):  # the kernel's own limit on links in a row
-            try:
-                target = os.readlink(hop)
-            except OSError:
-                break
-            hop = os.path.join(os.path.dirname(hop), target)
-            folders.add(os.path.dirname(hop))
-    return folders
+    return {folder for path in links for _, folder in link_hops(path)}
+
+
+def link_hops(path: str) -> list[tuple[str, str]]:
+    """(link, the folder its target is in) for each symbolic link met from path on, in
+    order: a readlink a hop, at most 40 (the kernel's own limit on links in a row); the
+    walk ends at the first name that is no link. A hit record's writer witnesses each link
+    (hits/writer.py)."""
+    hops: list[tuple[str, str]] = []
+    hop = path
+    for _ in range(40):
+        try:
+            target = os.readlink(hop)
+        except OSError:
+            break
+        following = os.path.join(os.path.dirname(hop), target)
+        hops.append((hop, os.path.dirname(following)))
+        hop = following
+    return hops
 
 
 #: a folder holding more checked files than this is watched for its files' events as a

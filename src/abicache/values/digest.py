@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 #: above this many bytes OpenSSL's start-up is paid back by its speed
 LARGE = 1 << 18
-_small_sha256: Any = None
+_small_sha256: Any = None  # not imported yet; False: this interpreter has neither module
 
 
 def sha256_hex(data: bytes) -> str:
@@ -30,17 +30,18 @@ def sha256_hex(data: bytes) -> str:
 
 
 def _small() -> Any:
-    """CPython's own sha256: 3.11's module, then 3.12's; None without either."""
+    """CPython's own sha256: 3.11's module, then 3.12's; None without either (asked once)."""
     global _small_sha256
     if _small_sha256 is None:
         try:
-            from _sha256 import sha256 as _small_sha256
+            from _sha256 import sha256 as found
         except ImportError:  # pragma: no cover - depends on the interpreter
             try:
-                from _sha2 import sha256 as _small_sha256  # type: ignore[no-redef]
+                from _sha2 import sha256 as found  # type: ignore[no-redef]
             except ImportError:
-                return None
-    return _small_sha256
+                found = False
+        _small_sha256 = found
+    return _small_sha256 or None
 
 
 def blake2b(data: bytes = b"", **kwargs: Any) -> Any:
