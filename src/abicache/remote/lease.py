@@ -8,6 +8,7 @@ race adopts the winner's files), so every failure here ends in building locally.
 
 - Taken with a create-only write of v2/leases/<kind>/<key> (S3: If-None-Match: *;
   Redis: SET NX PX), after a local miss and a remote miss, under the local lock.
+  A write whose answer is lost or late is settled by reading the lease back (take()).
 - The holder rewrites it every ttl/3 from a thread with a new beat and the CPU
   seconds its build has spent so far (liveness.py), publishes, then deletes it.
   Where the fleet signs its manifests (ABICACHE_TRUSTED_KEYS), leases are
@@ -54,9 +55,9 @@ import time
 import uuid
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from ..errors import AbicacheError, BuildError
+from ..errors import AbicacheError, BuildError, RemoteError
 from . import liveness
-from .backend import FAILURE_BYTES, LEASE_BYTES, Tag
+from .backend import FAILURE_BYTES, LEASE_BYTES, Backend, Tag
 from .tier import Tier
 
 T = TypeVar("T")
@@ -147,7 +148,7 @@ class Held:
                 tag = self._tag
                 data = encode(self._tier, self._kind, self._key, self._what, beat, liveness.cpu_seconds(),
                               self._expect, self._clock.now() or time.time())
-                self._tag = self._tier.call(lambda b: b.put_lease(self._kind, self._key, data, ttl, tag))
+                self._tag = take(self._tier, self._kind, self._key, data, ttl, tag)
             if self._tag is None:  # taken over (we were thought dead or stuck) or the remote failed: build on
                 return
 
@@ -257,7 +258,7 @@ def build(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | No
         return make()
     clock = _ServerClock(tier)
     data = encode(tier, kind, key, what, 0, 0.0, expect, clock.now() or time.time())
-    tag = tier.call(lambda b: b.put_lease(kind, key, data, tier.settings.lease, outcome.replacing))
+    tag = take(tier, kind, key, data, tier.settings.lease, outcome.replacing)
     if tag is None:
         return make() if tier.down else None
     held = Held(tier, kind, key, what, tag, expect, clock)
@@ -279,6 +280,23 @@ def build(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | No
         return made
     finally:
         held.release()
+
+
+def take(tier: Tier, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
+    """Write this lease (create-only, or over the lease `replacing`): its new tag, or None where
+    it is another's. A write that got no answer is settled by reading the lease back: SeaweedFS
+    answers the losers of a contended create-only write a second or two late (a lost race, not
+    a failed remote). Only where that read fails too, or finds no lease, is the remote put aside."""
+    def attempt(backend: Backend) -> Tag | None:
+        try:
+            return backend.put_lease(kind, key, data, ttl, replacing)
+        except RemoteError:
+            found = backend.read_lease(kind, key)
+            if found is None:
+                raise
+            return found[1] if found[0] == data else None  # ours after all, or another's (or the one replaced)
+
+    return tier.call(attempt)
 
 
 # ---- shared failures ------------------------------------------------------------------------
