@@ -196,6 +196,36 @@ def test_the_native_check_says_what_python_says(tmp_path: Path, change: str) -> 
     assert python == native_verdict == (change == "none")
 
 
+@pytest.mark.parametrize("changed", [None, 0, 1, 299, 300, 301, 599, 899, 1199])
+def test_many_witnesses_checked_on_several_threads_name_the_first_that_moved(tmp_path: Path,
+                                                                              changed: int | None) -> None:
+    """1,200 witnesses: witness.c splits them among threads (at most 4, one per 256 witnesses,
+    no more than the cores this process may use). Its answer is the index of the first witness
+    that no longer holds, as one thread checking them in order says, wherever the runs are cut;
+    and two moved: the first of them."""
+    found = _helper(tmp_path / "tools")
+    tree = tmp_path / "many"
+    tree.mkdir()
+    for i in range(1200):
+        (tree / f"h{i}.h").write_text(str(i))
+    witnesses = [_witness("l" if i % 3 else "f", tree / f"h{i}.h") for i in range(1200)]
+    time.sleep(0.02)
+    later = None
+    if changed is not None:
+        (tree / f"h{changed}.h").write_text("moved")
+        later = min(changed + 700, 1199)
+        (tree / f"h{later}.h").unlink()  # a second one after it, in another run
+    kinds = "".join(k for k, _, _ in witnesses).encode()
+    paths = b"".join(os.fsencode(p) + b"\0" for _, p, _ in witnesses)
+    numbers = b"".join(record._WITNESS.pack(*w) for _, _, w in witnesses)
+    first = found._hold(len(witnesses), kinds, paths, numbers)
+    assert first == (-1 if changed is None else changed)
+    assert found.hold(kinds, paths, numbers) == record._hold(witnesses) == (changed is None)
+    threads = found._library.abicache_threads
+    cores = len(os.sched_getaffinity(0))
+    assert [threads(n) for n in (100, 600, 1200)] == [1, min(2, cores), min(4, cores)]
+
+
 def test_the_native_arming_gives_the_kernels_descriptors(tmp_path: Path) -> None:
     found = _helper(tmp_path / "tools")
     (tmp_path / "a.h").write_text("1")

@@ -2,13 +2,14 @@
 
 A torch extension's record holds ~680 witnesses (the system headers its build read): os.stat
 checks them at ~4 us each, 2.5 ms of a call whose floor (importing the .so by path) is
-1.4 ms; witness.c checks them at ~2 us each (one lstat: a record says which are links). It
-is built with the C compiler beside a build that made a large record (writer.py: a process
-that compiles anyway; a hit spawns nothing), under the store's tools/ as the observer and
-the launcher's front are, and its path is in the record. A hit loads it with ctypes only where it is a regular file of this
-user in a folder of this user, neither writable by anyone else (loading it runs its code);
-anything else, and a record without one, is checked in Python (record.py _hold): the same
-verdicts, tests/test_hits.py checks both on the same witnesses.
+1.4 ms; witness.c checks them at ~2 us each (one lstat: a record says which are links), on
+a few threads at once where there are many. It is built with the C compiler beside a build
+that made a large record (writer.py: a process that compiles anyway; a hit spawns nothing),
+under the store's tools/ as the observer and the launcher's front are, and its path is in
+the record. A hit loads it with ctypes only where it is a regular file of this user in a
+folder of this user, neither writable by anyone else (loading it runs its code); anything
+else, and a record without one, is checked in Python (record.py _hold): the same verdicts,
+tests/test_torch_hits.py checks both on the same witnesses.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ _loaded: dict[str, Any] = {}
 class Native:
     """witness.c's two calls (its comments say what each does)."""
 
-    __slots__ = ("_hold", "_arm", "_loaded", "_buffer", "_refused")
+    __slots__ = ("_library", "_hold", "_arm", "_loaded", "_buffer", "_refused")
 
     def __init__(self, library: Any) -> None:
         import ctypes
 
+        self._library = library
         self._hold, self._arm = library.abicache_hold, library.abicache_arm
         self._hold.restype = self._arm.restype = ctypes.c_int
         self._hold.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
@@ -138,7 +140,8 @@ def build(tools: str, compiler: str) -> str | None:
             out = os.path.join(work, "ready")
             os.mkdir(out, 0o755)
             os.chmod(out, 0o755)  # whatever the umask
-            done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", os.path.join(out, LIBRARY), SOURCE],
+            done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", os.path.join(out, LIBRARY),
+                                   SOURCE],
                                   capture_output=True, timeout=120)
             if done.returncode != 0:
                 return None

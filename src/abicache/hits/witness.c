@@ -14,12 +14,17 @@
      a  lstat fails with ENOENT or ENOTDIR         m  the same as a
 
    Returns -1 where every witness holds, else the index of the first that does not.
-   paths: n NUL-terminated paths, one after another. */
+   paths: n NUL-terminated paths, one after another. Many witnesses are split among a few
+   threads, each checking a run of them: a stat is the kernel's walk of a path, which runs
+   on every core at once (git's preload-index checks its index so); ~600 of a torch
+   extension's record took 1.1 ms on one core of the 2-core machine, 0.76 ms on two. */
 
-#define _GNU_SOURCE  /* dlinfo */
+#define _GNU_SOURCE  /* dlinfo, sched_getaffinity */
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -31,7 +36,7 @@ static int same(const struct stat *st, const int64_t *w) {
            (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == w[3];
 }
 
-int abicache_hold(int n, const char *kinds, const char *paths, const int64_t *numbers) {
+static int hold_run(int n, const char *kinds, const char *paths, const int64_t *numbers) {
     struct stat st;
     const char *path = paths;
     for (int i = 0; i < n; i++, path += strlen(path) + 1) {
@@ -65,6 +70,57 @@ int abicache_hold(int n, const char *kinds, const char *paths, const int64_t *nu
         }
     }
     return -1;
+}
+
+/* A thread's run of the witnesses: at least this many each (a thread costs ~30 us to start),
+   on at most this many threads, never more than this process may run on at once. */
+#define PER_THREAD 256
+#define MOST_THREADS 4
+
+struct run {
+    int n, first;
+    const char *kinds, *paths;
+    const int64_t *numbers;
+};
+
+static void *check_run(void *arg) {
+    struct run *r = arg;
+    r->first = hold_run(r->n, r->kinds, r->paths, r->numbers);
+    return NULL;
+}
+
+/* How many threads check n witnesses (tests/test_torch_hits.py asks). */
+int abicache_threads(int n) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int threads = n / PER_THREAD;
+    if (threads > cores) threads = cores;
+    if (threads > MOST_THREADS) threads = MOST_THREADS;
+    return threads < 1 ? 1 : threads;
+}
+
+int abicache_hold(int n, const char *kinds, const char *paths, const int64_t *numbers) {
+    int threads = abicache_threads(n);
+    if (threads == 1) return hold_run(n, kinds, paths, numbers);
+    struct run runs[MOST_THREADS];
+    pthread_t ids[MOST_THREADS];
+    int started[MOST_THREADS] = {0}, at = 0;
+    const char *path = paths;
+    for (int t = 0; t < threads; t++) {  /* run t: witnesses [at, end), its paths from path on */
+        int end = (int)((int64_t)n * (t + 1) / threads);
+        runs[t] = (struct run){end - at, -1, kinds + at, path, numbers + 4 * (int64_t)at};
+        for (; at < end; at++) path += strlen(path) + 1;
+    }
+    for (int t = 1; t < threads; t++)  /* a thread that cannot start: its run is checked here below */
+        started[t] = pthread_create(&ids[t], NULL, check_run, &runs[t]) == 0;
+    check_run(&runs[0]);
+    int first = -1;
+    for (int t = 0, base = 0; t < threads; base += runs[t].n, t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else if (t > 0) check_run(&runs[t]);
+        if (first < 0 && runs[t].first >= 0) first = base + runs[t].first;  /* the first in order, as one thread says */
+    }
+    return first;
 }
 
 /* The in-process watch's inotify_add_watch calls in one native call (store/watch.py arms
