@@ -149,7 +149,7 @@ class Held:
                 data = encode(self._tier, self._kind, self._key, self._what, beat, liveness.cpu_seconds(),
                               self._expect, self._clock.now() or time.time())
                 self._tag = take(self._tier, self._kind, self._key, data, ttl, tag)
-            if self._tag is None:  # taken over (we were thought dead or stuck) or the remote failed: build on
+            if self._tag is None:  # taken over (thought dead or stuck), the remote failed, or take() lost: build on
                 return
 
     def release(self) -> None:
@@ -284,9 +284,11 @@ def build(tier: Tier, kind: str, key: str, what: str, fetch: Callable[[], T | No
 
 def take(tier: Tier, kind: str, key: str, data: bytes, ttl: float, replacing: Tag | None) -> Tag | None:
     """Write this lease (create-only, or over the lease `replacing`): its new tag, or None where
-    it is another's. A write that got no answer is settled by reading the lease back: SeaweedFS
-    answers the losers of a contended create-only write a second or two late (a lost race, not
-    a failed remote). Only where that read fails too, or finds no lease, is the remote put aside."""
+    it is another's. A write that failed, or got no answer in time, is settled by reading the
+    lease back: SeaweedFS answers the losers of a create-only write contended to the millisecond
+    a second or two late (a lost race, not a failed remote). Only where that read fails too, or
+    finds no lease, is the remote put aside. A renewal whose bytes are not there (another's, or
+    its own last ones: the answer lost, the write perhaps still on its way) stops renewing."""
     def attempt(backend: Backend) -> Tag | None:
         try:
             return backend.put_lease(kind, key, data, ttl, replacing)
