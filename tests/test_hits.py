@@ -68,6 +68,25 @@ def test_the_memo_serves_no_call_after_the_environment_changed(root: Path, monke
     assert cc.load_library("answer", [SRC], cache=Cache(built)) is lib and asked == ["lookup"]  # the memo again
 
 
+def test_the_default_stores_memo_follows_abicache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cache given: the memo's store is ABICACHE_DIR's (read from os.environ's own table,
+    cc.py _where). Set to one folder, another, then the first again in one process: each
+    call loads that store's library, the last from the memo (each store its own entry)."""
+    need("c++")
+    monkeypatch.delenv("ABICACHE_DIR", raising=False)
+    first, second = tmp_path / "first store", tmp_path / "second store"
+    monkeypatch.setenv("ABICACHE_DIR", str(first))
+    lib = cc.load_library("answer", [SRC])
+    assert lib._name.startswith(str(first))  # type: ignore[attr-defined]
+    monkeypatch.setenv("ABICACHE_DIR", str(second))
+    assert cc.load_library("answer", [SRC])._name.startswith(str(second))  # type: ignore[attr-defined]
+    asked: list[str] = []
+    real = cc.build_library
+    monkeypatch.setattr(cc, "build_library", lambda *a, **k: asked.append("lookup") or real(*a, **k))
+    monkeypatch.setenv("ABICACHE_DIR", str(first))  # the first store's entry, made in this very environment
+    assert cc.load_library("answer", [SRC]) is lib and not asked
+
+
 def test_the_layout_names_match_the_store() -> None:
     from abicache.store import counters, layout, logs
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 _loaded: dict[tuple[Any, ...], Any] = {}
 #: os.environ's own table (str on Windows, bytes elsewhere): what the memo compares
 _ENVIRON = os.environ._data  # type: ignore[attr-defined]
+_DIR_VARIABLE = os.environ.encodekey("ABICACHE_DIR")  # type: ignore[attr-defined]  # its key in that table
 
 
 def __getattr__(name: str) -> Any:
@@ -195,8 +196,10 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
 
 
 def _where(cache: Cache | None) -> Any:
-    """Which store a memo entry belongs to, as written (a Cache's root before it is opened)."""
-    return cache.given_root if cache is not None else ("default", os.environ.get("ABICACHE_DIR"))
+    """Which store a memo entry belongs to, as written (a Cache's root before it is opened).
+    The variable is read from os.environ's table: os.environ.get of a variable that is not
+    set raises and catches a KeyError inside, ~1-2.5 us of every call's 8-14."""
+    return cache.given_root if cache is not None else ("default", _ENVIRON.get(_DIR_VARIABLE))
 
 
 def _here(sources: Any, cflags: Sequence[str]) -> str | None:

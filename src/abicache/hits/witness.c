@@ -25,6 +25,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -111,8 +112,12 @@ int abicache_hold(int n, const char *kinds, const char *paths, const int64_t *nu
         runs[t] = (struct run){end - at, -1, kinds + at, path, numbers + 4 * (int64_t)at};
         for (; at < end; at++) path += strlen(path) + 1;
     }
+    sigset_t all, was;  /* signals stay the caller's: the threads start with every one blocked */
+    sigfillset(&all);
+    int masked = pthread_sigmask(SIG_SETMASK, &all, &was) == 0;
     for (int t = 1; t < threads; t++)  /* a thread that cannot start: its run is checked here below */
         started[t] = pthread_create(&ids[t], NULL, check_run, &runs[t]) == 0;
+    if (masked) pthread_sigmask(SIG_SETMASK, &was, NULL);
     check_run(&runs[0]);
     int first = -1;
     for (int t = 0, base = 0; t < threads; base += runs[t].n, t++) {
