@@ -103,6 +103,22 @@ print(json.dumps([len([m for m in added if m.startswith("abicache")]), [m for m 
 """
 
 
+#: processes a tree for the calls in one process; the trees take turns, each round in the other
+#: order (this machine runs in two speeds: a block of one tree's processes could fall in one)
+CALL_ROUNDS = 7
+
+
+def _alternating(interpreter: str, code: str, trees: dict[str, str]) -> dict[str, list[float]]:
+    """Each tree's 20 call times, the median of CALL_ROUNDS processes for each call."""
+    runs: dict[str, list[list[float]]] = {name: [] for name in trees}
+    for round_ in range(CALL_ROUNDS):
+        for name in (list(trees) if round_ % 2 == 0 else list(reversed(trees))):
+            out = subprocess.run([interpreter, "-c", code, trees[name]], check=True, capture_output=True, text=True,
+                                 env=base_env()).stdout
+            runs[name].append(json.loads(out))
+    return {name: [statistics.median(r[i] for r in got) for i in range(20)] for name, got in runs.items()}
+
+
 def cpu_ms(argv: list[str], env: dict[str, str] | None = None) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**base_env(), **(env or {})})
@@ -168,10 +184,7 @@ def main() -> None:
         for label, (name, source_file) in cases.items():
             code = REPEATED.format(store=store, source=SOURCE, source_file=source_file, name=name)
             subprocess.run([python, "-c", code, trees["abicache"]], check=True, capture_output=True, env=base_env())
-            for tree_name, tree in trees.items():  # the store now holds it: every call is a hit
-                runs = [json.loads(subprocess.run([python, "-c", code, tree], check=True, capture_output=True,
-                                                  text=True, env=base_env()).stdout) for _ in range(5)]
-                repeated.setdefault(label, {})[tree_name] = [statistics.median(r[i] for r in runs) for i in range(20)]
+            repeated[label] = _alternating(python, code, trees)  # the store now holds it: every call is a hit
         for label, (needs_torch, setup) in REPEATED_OTHERS.items():
             interpreter = sys.executable
             if needs_torch and subprocess.run([interpreter, "-c", "import torch"], capture_output=True).returncode:
@@ -179,11 +192,9 @@ def main() -> None:
             code = TIMED.format(setup=setup.format(store=store, module=MODULE_SOURCE))
             subprocess.run([interpreter, "-c", code, trees["abicache"]], check=True, capture_output=True,
                            env=base_env())  # builds it: every call below is a hit
-            for tree_name, tree in trees.items():
-                runs = [json.loads(subprocess.run([interpreter, "-c", code, tree], check=True, capture_output=True,
-                                                  text=True, env=base_env()).stdout) for _ in range(5)]
-                repeated.setdefault(label, {})[tree_name] = [statistics.median(r[i] for r in runs) for i in range(20)]
-        print("calls in one process (medians of 5 processes): the first, the second, the third, the median of the rest")
+            repeated[label] = _alternating(interpreter, code, trees)
+        print(f"calls in one process (medians of {CALL_ROUNDS} processes a tree, the trees alternating): the first, "
+              "the second, the third, the median of the rest")
         for label, by_tree in repeated.items():
             for tree_name, t in by_tree.items():
                 print(f"  {label}, {tree_name}: {t[0]:.0f} us, {t[1]:.0f} us, {t[2]:.1f} us, "
