@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import base_env
+from common import base_env, clean_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = 'extern "C" int answer() { return 7; }'
@@ -136,8 +136,7 @@ def main() -> None:
         trees["against"] = str(Path(args.against).resolve())
     work = Path(tempfile.mkdtemp(prefix="abicache-bench-floor-"))
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-        python = str(work / "venv" / "bin" / "python")
+        python = clean_python(work / "venv")
         store = str(work / "store")
         for tree in trees.values():
             subprocess.run([sys.executable, "-m", "compileall", "-q", tree], check=True, env=base_env())

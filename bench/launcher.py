@@ -53,7 +53,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import base_env
+from common import base_env, clean_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "launcher.json"
@@ -79,8 +79,7 @@ def wall_ms(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 def tools(work: Path) -> dict[str, list[str]]:
     """Each launcher as the words before the compiler, with a clean venv's interpreter."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-    python = str(work / "venv" / "bin" / "python")
+    python = clean_python(work / "venv")
     env = {**base_env(), "PYTHONPATH": str(ROOT / "src"), "ABICACHE_DIR": str(work / "store")}
     subprocess.run([python, "-m", "compileall", "-q", str(ROOT / "src" / "abicache")], check=True, env=env)
     made = subprocess.run([python, "-m", "abicache", "launcher"], capture_output=True, text=True, env=env)

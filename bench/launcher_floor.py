@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import base_env
+from common import base_env, clean_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "launcher_floor.json"
@@ -121,9 +121,7 @@ def main() -> None:
         record.write_text("".join(lines))
         shutil.copy(work / "unit.o", work / "kept.o")
         shutil.copy(work / "unit.d", work / "kept.d")
-        # a clean venv (no .pth of this machine's site-packages runs at start-up), as bench/hit_floor.py
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-        python = str(work / "venv" / "bin" / "python")
+        python = clean_python(work / "venv")
         argvs = {
             "g++ alone (a miss's compile)": [gxx, *compile_words],
             "python -S -c pass": [python, "-S", "-c", "pass"],

@@ -451,7 +451,7 @@ def test_max_size_evicts_after_builds_and_gc_leaves_no_strays(tmp_path: Path, mo
     from abicache.cli import main as cli
 
     assert cli(["ls", "--root", str(tmp_path / "s")]) == 0 and cache.store.layout.listing.is_dir()
-    (cache.store.layout.listing / "t.json.999.tmp").write_bytes(b"{")  # an `ls` killed while writing
+    (cache.store.layout.listing / "t.rows.999.tmp").write_bytes(b"{")  # an `ls` killed while writing
     report = gc.collect_garbage(cache.store, max_size=0)
     assert report.entries_removed >= 1
     left = sorted(p.relative_to(cache.store.layout.base).as_posix() for p in cache.store.layout.base.rglob("*")

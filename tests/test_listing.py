@@ -54,7 +54,7 @@ def test_a_second_ls_reads_no_manifest_and_a_new_entry_is_read_alone(
     _drop_logs(cache)
     first = _ls(capsys, tmp_path / "s")
     assert len(first) == 5 and len(manifest_reads) == 5
-    assert (cache.store.layout.listing / "t.json").is_file()
+    assert (cache.store.layout.listing / "t.rows").is_file()
     manifest_reads.clear()
     assert _ls(capsys, tmp_path / "s") == first and manifest_reads == []
     cache.get_or_build("t", "new", {"extra": {"n": "new"}}, writer({"lib.so": "new"}))
@@ -74,8 +74,8 @@ def test_the_first_ls_of_a_store_just_filled_reads_no_manifest(
     log = cache.store.layout.listing / f"t.{os.geteuid()}.log"
     assert len(log.read_bytes().splitlines()) == 6
     first = _ls(capsys, tmp_path / "s")
-    assert manifest_reads == [] and not log.exists() and (cache.store.layout.listing / "t.json").is_file()
-    (cache.store.layout.listing / "t.json").unlink()
+    assert manifest_reads == [] and not log.exists() and (cache.store.layout.listing / "t.rows").is_file()
+    (cache.store.layout.listing / "t.rows").unlink()
     assert _ls(capsys, tmp_path / "s") == first and len(manifest_reads) == 6  # read from the manifests
     assert [r["name"] for r in first] == ["e0", "e1", "e2", "e3", "e4", "gpu"]
     assert first[-1]["files"] == ["a.so", "sub/b.so"] and first[-1]["size"] == 3
@@ -133,40 +133,89 @@ def test_an_entry_gone_or_replaced_shows_as_it_is_now(tmp_path: Path, capsys: py
     copy.rename(replaced)
     after = _ls(capsys, tmp_path / "s")
     assert [r["name"] for r in after] == ["e2", "renamed"]
-    assert cache.store.layout.listing.joinpath("t.json").is_file()
+    assert cache.store.layout.listing.joinpath("t.rows").is_file()
+
+
+def _rows_of(path: Path) -> list[list]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def _write_rows(path: Path, rows: list[list]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 @pytest.mark.parametrize("memo", [
     b"not json",
-    b'{"version": 99, "rows": {}}',
+    b'{"version": 1, "rows": {}}',  # format 1's text under format 2's name
     "bad rows",  # the real memo with its rows' fields of the wrong types
+    "a file that is no text",  # the real memo with a number among a row's files
     "a line break",  # the real memo with a control character in a name (a second row on screen)
 ])
 def test_a_memo_ls_did_not_write_is_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              memo: bytes | str) -> None:
     cache = _store(tmp_path / "s", 3)
     truth = _ls(capsys, tmp_path / "s")
-    path = cache.store.layout.listing / "t.json"
-    rows = json.loads(path.read_bytes())["rows"]
+    path = cache.store.layout.listing / "t.rows"
+    rows = _rows_of(path)
     if memo == "bad rows":
-        data = json.dumps({"version": 1, "rows": {n: [r[0], 1, 2, "3", 4, 5, "6"] for n, r in rows.items()}})
+        _write_rows(path, [[r[0], r[1], 1, 2, "3", 4, 5, "6"] for r in rows])
+    elif memo == "a file that is no text":
+        _write_rows(path, [[*r[:5], [7], *r[6:]] for r in rows])
     elif memo == "a line break":
-        data = json.dumps({"version": 1, "rows": {n: [*r[:2], "e\nfake", *r[3:]] for n, r in rows.items()}})
+        _write_rows(path, [[*r[:3], "e\nfake", *r[4:]] for r in rows])
     else:
-        data = memo.decode()
-    path.write_text(data)
+        path.write_bytes(memo)
     assert _ls(capsys, tmp_path / "s") == truth
+    assert sorted(_rows_of(path)) == sorted(rows)  # written again as it should be
+
+
+def test_the_first_ls_keeps_the_log_as_its_memo_and_a_later_one_appends_the_next_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo is the log's lines: the first `ls` of a store just filled renames the log it
+    took into place, and a later `ls` puts the new log's lines after the memo's, encoding
+    no row (10,000 rows took 0.1 s to encode)."""
+    cache = _store(tmp_path / "s", 3)
+    listing_dir = cache.store.layout.listing
+    log = listing_dir / f"t.{os.geteuid()}.log"
+    logged, inode = log.read_bytes(), log.stat().st_ino
+    encoded: list[object] = []  # the memos written row by row
+    real = listing_memo.save
+    monkeypatch.setattr(listing_memo, "save", lambda *a: encoded.append(a) or real(*a))
+    first = _ls(capsys, tmp_path / "s")
+    memo = listing_dir / "t.rows"
+    assert memo.read_bytes() == logged and memo.stat().st_ino == inode and memo.stat().st_mode & 0o777 == 0o600
+    cache.get_or_build("t", "more", {"extra": {"n": "more"}}, writer({"lib.so": "more"}))
+    more = log.read_bytes()
+    second = _ls(capsys, tmp_path / "s")
+    assert memo.read_bytes() == logged + more and not log.exists()
+    unused = [{**r, "last_used": 0} for r in second[:3]]  # the build stamped the others' use
+    assert unused == [{**r, "last_used": 0} for r in first] and second[3]["name"] == "more"
+    assert manifest_reads == [] and encoded == []
+    shutil.rmtree(second[0]["path"])  # an entry gone: the memo is written again, without it
+    assert _ls(capsys, tmp_path / "s") == second[1:] and len(_rows_of(memo)) == 3 and encoded
+
+
+def test_a_memo_of_format_1_is_not_read_and_goes_when_ls_writes_its_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest_reads: list[str]) -> None:
+    cache = _store(tmp_path / "s", 2)
+    _drop_logs(cache)
+    old = cache.store.layout.listing / "t.json"  # as an older abicache wrote it, each name changed
+    cache.store.layout.listing.mkdir(exist_ok=True)
+    old.write_text(json.dumps({"version": 1, "rows": {}}))
+    shown = _ls(capsys, tmp_path / "s")
+    assert [r["name"] for r in shown] == ["e0", "e1"] and len(manifest_reads) == 2
+    assert not old.exists() and (cache.store.layout.listing / "t.rows").is_file()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_memo_another_user_owns_is_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = _store(tmp_path / "s", 2)
     truth = _ls(capsys, tmp_path / "s")
-    path = cache.store.layout.listing / "t.json"
-    rows = json.loads(path.read_bytes())["rows"]
-    path.write_text(json.dumps({"version": 1, "rows": {n: [*r[:2], "theirs", *r[3:]] for n, r in rows.items()}}))
+    path = cache.store.layout.listing / "t.rows"
+    _write_rows(path, [[*r[:3], "theirs", *r[4:]] for r in _rows_of(path)])
     os.chown(path, 12345, 12345)
-    assert listing_memo.load(str(path)) == ({}, True)
+    assert listing_memo.load(str(path)).by_name == {}
     assert _ls(capsys, tmp_path / "s") == truth
 
 
@@ -209,7 +258,7 @@ def test_a_fifo_or_link_for_a_log_or_memo_neither_hangs_nor_redirects(tmp_path: 
 
     cache = _store(tmp_path / "s", 1)
     cache.store.layout.listing.mkdir(exist_ok=True)
-    name = f"t.{os.geteuid()}.log" if memo == "log" else "t.json"
+    name = f"t.{os.geteuid()}.log" if memo == "log" else "t.rows"
     path = cache.store.layout.listing / name
     path.unlink(missing_ok=True)
     outside = tmp_path / "outside"

@@ -100,57 +100,70 @@ def rows(entries: str, kinds: list[str] | None = None, memo_folder: str | None =
     rows logged as entries were published (store/listing_log) are taken into it."""
     out: list[Row] = []
     for kind in sorted(kinds if kinds is not None else _folders(entries)):
-        kind_dir = f"{entries}/{kind}"
-        path = listing_memo.path_of(memo_folder, kind) if memo_folder else None
-        old, plain = listing_memo.load(path) if path else ({}, True)
-        taken = _take_log(memo_folder, kind, old) if memo_folder and make_dir else None
-        new: dict[str, listing_memo.MemoRow] = {}
-        read_again = 0
-        for prefix in _folders(kind_dir):
-            read_again += _prefix_rows(f"{kind_dir}/{prefix}", old, plain, new, out)
-        if path and make_dir and (read_again or len(new) != len(old) or taken):
-            listing_memo.save(path, new, make_dir)
-        listing_log.done(taken)
+        if memo_folder and make_dir:
+            _kind_rows_kept(f"{entries}/{kind}", listing_memo.path_of(memo_folder, kind), memo_folder, kind,
+                            make_dir, out)
+        else:
+            _kind_rows(f"{entries}/{kind}", {}, True, {}, out)
     return out
 
 
-def _take_log(memo_folder: str, kind: str, old: dict[str, listing_memo.MemoRow]) -> str | None:
-    """Add the logged rows to the memo's: the file taken aside, or None."""
-    logged, log_plain, taken = listing_log.take(memo_folder, kind)
-    for name, row in logged.items():
-        if listing_memo.good(row, log_plain):  # its texts too: where the memo is plain, the walk checks the shape
-            old[name] = row
-    return taken
+def _kind_rows_kept(kind_dir: str, path: str, memo_folder: str, kind: str, make_dir: Callable[[Path], None],
+                    out: list[Row]) -> None:
+    """A kind's rows, through its memo and its log."""
+    memo = listing_memo.load(path)
+    log, taken = listing_log.take(memo_folder, kind)
+    old = {**memo.by_name, **log.by_name} if log.by_name else memo.by_name
+    new: dict[str, listing_memo.MemoRow] = {}
+    read_again = _kind_rows(kind_dir, old, memo.plain and log.plain, new, out)
+    if read_again or len(new) != len(old) or not memo.whole:
+        listing_memo.save(path, new, make_dir)
+    elif taken and log.whole and len(new) == len(memo.by_name) + len(log.by_name):
+        listing_memo.extend(path, memo, log, taken, make_dir)  # the two texts say exactly these rows
+    elif taken:
+        listing_memo.save(path, new, make_dir)
+    listing_log.done(taken)
+
+
+def _kind_rows(kind_dir: str, old: dict[str, listing_memo.MemoRow], plain: bool,
+               new: dict[str, listing_memo.MemoRow], out: list[Row]) -> int:
+    """Append a kind's rows; how many were read from their manifests."""
+    read_again = 0
+    for prefix in _folders(kind_dir):
+        read_again += _prefix_rows(f"{kind_dir}/{prefix}", old, plain, new, out)
+    return read_again
 
 
 def _prefix_rows(folder: str, old: dict[str, listing_memo.MemoRow], plain: bool,
                  new: dict[str, listing_memo.MemoRow], out: list[Row]) -> int:
-    """Append the rows of one prefix folder's entries; how many were read from their manifests."""
+    """Append the rows of one prefix folder's entries; how many were read from their manifests.
+    old: the memo's rows by entry folder name, checked here as they are used (listing_memo.good)."""
     try:
         dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
     except OSError:
         return 0
     read_again = 0
+    good = listing_memo.good
     try:
         with os.scandir(dfd) as it:
             found = sorted((e.name, e.inode()) for e in it if "." in e.name and e.is_dir(follow_symlinks=False))
         for name, inode in found:
             memo = old.get(name)
-            if memo is not None and type(memo) is list and memo[:1] == [inode] and listing_memo.good(memo, plain):
+            if memo is not None and good(memo, plain) and memo[1] == inode:
                 try:
                     used = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
                 except OSError:
                     continue
                 key, _, variant = name.partition(".")
-                out.append(_new_row((f"{folder}/{name}", memo[1], memo[2], key, variant, memo[3], tuple(memo[4]),
-                                     tuple(memo[5]), float(memo[6]), used)))
+                out.append(_new_row((f"{folder}/{name}", memo[2], memo[3], key, variant, memo[4], tuple(memo[5]),
+                                     tuple(memo[6]), float(memo[7]), used)))
                 new[name] = memo
                 continue
             read_again += 1
             row = read(f"{folder}/{name}", name, dfd)
             if row is not None:
                 out.append(row)
-                new[name] = [inode, row.kind, row.name, row.size, list(row.files), list(row.requirements),
+                new[name] = [name, inode, row.kind, row.name, row.size, list(row.files), list(row.requirements),
                              row.created]
     finally:
         os.close(dfd)

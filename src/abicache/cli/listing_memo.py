@@ -7,10 +7,14 @@ its manifest: a new build of the same key and variant is a new folder, so a new 
 and an entry moved aside and back is read again. The memo is for display only: a hit
 and `abicache verify` never read it, and `ls` still stats every entry for its last use.
 
-One JSON file a kind, <store>/v3/listing/<kind>.json, written by `ls` (a temporary
-file renamed over it) where the entries it saw differ from the memo's. It is read only
-where it is a regular file owned by this user, and a file that is not what this module
-writes is not used at all: the rows are then read from the manifests, as without it.
+One file a kind, <store>/v3/listing/<kind>.rows, of the lines publishers log
+(store/listing_log: a JSON row a line), so that the first `ls` of a store just filled
+keeps the log it took as its memo by one rename, and a later one appends the new log's
+lines to the memo's, encoding nothing. Written otherwise (entries gone, read again) as a
+temporary file renamed over it. It is read only where it is a regular file owned by this
+user; a row that is not what this module writes is not used, and its entry is read from
+its manifest. Format 1 was one JSON document, <kind>.json: the first `ls` that writes
+<kind>.rows removes it.
 """
 
 from __future__ import annotations
@@ -18,67 +22,70 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Callable
 
-VERSION = 1
+from ..store import listing_log
+
+SUFFIX = ".rows"  # store/gc.py knows both names: it drops the memos of kinds with no entry left
+OLD_SUFFIX = ".json"  # format 1
 _LIMIT = 256 << 20  # a memo larger than this is not one ls wrote (10,000 rows: 2 MiB)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted there: opened without waiting, then refused
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # as listing's
 
-#: a row: [inode, kind, name, size, files, requirements, created]
+#: a row, a line of the file: [<key>.<variant>, inode, kind, name, size, files, requirements, created]
 MemoRow = list[Any]
 
 
 def path_of(folder: str, kind: str) -> str:
     """In the store's listing folder (store.layout.listing)."""
-    return f"{folder}/{kind}.json"
+    return f"{folder}/{kind}{SUFFIX}"
 
 
-def load(path: str) -> tuple[dict[str, MemoRow], bool]:
-    """The memo's rows by entry folder name (empty where there is none to trust), and
-    whether its text has no escape at all: then no string in it has a control character
-    (JSON refuses them raw), and the rows' texts need no check one by one."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
-    except OSError:
-        return {}, True
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_size > _LIMIT or not stat.S_ISREG(st.st_mode):
-            return {}, True
-        data = b""
-        while chunk := os.read(fd, 1 << 20):
-            data += chunk
-        doc = json.loads(data)
-    except (OSError, ValueError):
-        return {}, True
-    finally:
-        os.close(fd)
-    if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("rows"), dict):
-        return {}, True
-    return doc["rows"], b"\\" not in data
+def load(path: str) -> listing_log.Rows:
+    """The memo's rows, not yet checked (good())."""
+    return listing_log.read(path, _LIMIT)
 
 
 def good(row: Any, plain: bool) -> bool:
     """A row as save() writes it (checked as it is used: one bad row drops only itself);
     its texts are checked for control characters (a line break makes a second row)
     unless the memo's text is plain."""
-    if not (type(row) is list and len(row) == 7 and type(row[0]) is int and type(row[1]) is str
-            and type(row[2]) is str and type(row[3]) is int and type(row[4]) is list and type(row[5]) is list
-            and type(row[6]) in (float, int)):
+    if not (type(row) is list and len(row) == 8 and type(row[1]) is int and type(row[2]) is str
+            and type(row[3]) is str and type(row[4]) is int and type(row[5]) is list and type(row[6]) is list
+            and type(row[7]) in (float, int)):
         return False
-    if plain:
-        return True
-    texts = [row[1], row[2], *row[4], *row[5]]
-    return all(type(t) is str for t in texts) and not _CONTROL.search("".join(texts))
+    try:
+        lists = "".join(row[5]) + "".join(row[6])  # a TypeError where one is not text
+    except TypeError:
+        return False
+    return plain or not _CONTROL.search(row[2] + row[3] + lists)
 
 
 def save(path: str, rows: dict[str, MemoRow], make_dir: Callable[[Path], None]) -> None:
-    """Replace the memo; where the store is not writable (a read-only store, another
-    user's folder), nothing is written and the next `ls` reads the manifests again."""
+    """Replace the memo with these rows; where the store is not writable (a read-only store,
+    another user's folder), nothing is written and the next `ls` reads the manifests again."""
+    lines = [json.dumps(row, separators=(",", ":")) for row in rows.values()]
+    _replace(path, "".join(f"{line}\n" for line in lines).encode(), make_dir)
+
+
+def extend(path: str, memo: listing_log.Rows, log: listing_log.Rows, taken: str,
+           make_dir: Callable[[Path], None]) -> None:
+    """The memo and the log taken (store/listing_log.take), whole and of names apart, as the
+    new memo: the log renamed into place where there was no memo, else the two texts end to
+    end. Nothing is encoded again (10,000 rows: 0.1 s)."""
+    if not memo.data:
+        try:
+            os.rename(taken, path)
+            _drop_format_1(path)
+            return
+        except OSError:
+            pass
+    head = memo.data if memo.data.endswith(b"\n") or not memo.data else memo.data + b"\n"
+    _replace(path, head + log.data, make_dir)
+
+
+def _replace(path: str, data: bytes, make_dir: Callable[[Path], None]) -> None:
     temp = f"{path}.{os.getpid()}.tmp"
     try:
         folder = os.path.dirname(path)
@@ -86,10 +93,20 @@ def save(path: str, rows: dict[str, MemoRow], make_dir: Callable[[Path], None]) 
             make_dir(Path(folder))
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps({"version": VERSION, "rows": rows}, separators=(",", ":")).encode())
+            f.write(data)
         os.replace(temp, path)
     except OSError:
         try:
             os.unlink(temp)
         except OSError:
             pass
+        return
+    _drop_format_1(path)
+
+
+def _drop_format_1(path: str) -> None:
+    """A memo of format 1 beside (an older abicache's): not read any more."""
+    try:
+        os.unlink(path[:-len(SUFFIX)] + OLD_SUFFIX)
+    except OSError:
+        pass

@@ -3,7 +3,7 @@ just filled reads none of its manifests (10,000 of them, listed, decoded and par
 0.45 s of that `ls`'s 0.7).
 
 A line a published entry, JSON: [<key>.<variant>, inode, kind, name, size, files,
-requirements, created], `ls`'s memo row (cli/listing_memo) with its folder's name. One file
+requirements, created], as `ls`'s memo holds it (cli/listing_memo). One file
 a kind and user, <store>/v3/listing/<kind>.<uid>.log, appended to by one write a line
 (O_APPEND: lines of concurrent publishers do not interleave). `ls` takes it: renames it
 aside, reads it, folds its rows into the memo, removes it. A line whose write was cut or
@@ -76,46 +76,70 @@ def append(folder: Path, manifest: Manifest, inode: int, make_dir: Callable[[Pat
         os.close(fd)
 
 
-def take(folder: str, kind: str) -> tuple[dict[str, list[Any]], bool, str | None]:
-    """The rows logged for this kind, by entry folder name; whether the log's text has no
-    escape (then no text in it has a control character: JSON refuses them raw); and the
-    file taken aside, for done() once the rows are kept in the memo (None: none taken)."""
+def take(folder: str, kind: str) -> tuple[Rows, str | None]:
+    """The rows logged for this kind, and the file taken aside, for done() once the rows are
+    kept in the memo (None: none taken)."""
     path = path_of(folder, kind)
     taken = f"{path}.{os.getpid()}.taken"
     try:
         os.rename(path, taken)
     except OSError:
-        return {}, True, None
+        return Rows.NONE, None
+    return read(taken, 2 * LIMIT), taken
+
+
+class Rows:
+    """Rows read from a log or a memo (the same lines): by entry folder name, each row a line
+    ([<key>.<variant>, inode, kind, name, size, files, requirements, created]) not yet
+    checked (cli/listing_memo.good); the file's text; whether it has no escape (then no text in it has a control
+    character: JSON refuses them raw); and whether every line was a row of a name of its own
+    (then the text says exactly these rows, and another file's whole rows may be appended)."""
+
+    __slots__ = ("by_name", "data", "plain", "whole")
+    NONE: Rows
+
+    def __init__(self, by_name: dict[str, list[Any]], data: bytes, whole: bool) -> None:
+        self.by_name, self.data, self.whole = by_name, data, whole
+        self.plain = b"\\" not in data
+
+
+Rows.NONE = Rows({}, b"", True)
+
+
+def read(path: str, limit: int) -> Rows:
+    """The rows of a file this user owns, a regular file of at most limit bytes (a link is not
+    followed, a FIFO not waited for); none where it is anything else or cannot be read."""
     try:
-        fd = os.open(taken, os.O_RDONLY | _FLAGS)
+        fd = os.open(path, os.O_RDONLY | _FLAGS)
     except OSError:
-        return {}, True, taken
+        return Rows.NONE
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or st.st_size > 2 * LIMIT:
-            return {}, True, taken
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return Rows.NONE
         data = b""
         while chunk := os.read(fd, 1 << 20):
             data += chunk
     except OSError:
-        return {}, True, taken
+        return Rows.NONE
     finally:
         os.close(fd)
-    return _rows(data), b"\\" not in data, taken
+    return parse(data)
 
 
-def _rows(data: bytes) -> dict[str, list[Any]]:
-    lines = data.splitlines()
-    try:
-        parsed = json.loads(b"[" + b",".join(lines) + b"]")  # one parse for all: the usual case
-    except ValueError:  # a line cut by a crash: each whole line on its own
-        parsed = []
-        for text in lines:
+def parse(data: bytes) -> Rows:
+    try:  # one parse for all, the usual case (a line holds no raw line break: JSON escapes them)
+        parsed = json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]") if data else []
+        whole = True
+    except ValueError:  # a line cut by a crash, or text that is no row: each whole line on its own
+        parsed, whole = [], False
+        for text in data.splitlines():
             try:
                 parsed.append(json.loads(text))
             except ValueError:
                 continue
-    return {row[0]: row[1:] for row in parsed if type(row) is list and len(row) == 8 and type(row[0]) is str}
+    by_name = {row[0]: row for row in parsed if type(row) is list and len(row) == 8 and type(row[0]) is str}
+    return Rows(by_name, data, whole and len(by_name) == len(parsed))
 
 
 def done(taken: str | None) -> None:
