@@ -6,7 +6,8 @@ A line a published entry, JSON: [<key>.<variant>, inode, kind, name, size, files
 requirements, created], as `ls`'s memo holds it (cli/listing_memo). One file
 a kind and user, <store>/v3/listing/<kind>.<uid>.log, appended to by one write a line
 (O_APPEND: lines of concurrent publishers do not interleave). `ls` takes it: renames it
-aside, reads it, folds its rows into the memo, removes it. A line whose write was cut or
+aside, reads it, folds its rows into the memo, removes it (or, where its rows are all the
+memo lacks, makes it the memo or appends it to the memo's text). A line whose write was cut or
 lost only means that `ls` reads that entry's manifest, as without the log.
 
 Display only, as the memo: a row is used for the folder of that name and inode alone, and
@@ -91,9 +92,10 @@ def take(folder: str, kind: str) -> tuple[Rows, str | None]:
 class Rows:
     """Rows read from a log or a memo (the same lines): by entry folder name, each row a line
     ([<key>.<variant>, inode, kind, name, size, files, requirements, created]) not yet
-    checked (cli/listing_memo.good); the file's text; whether it has no escape (then no text in it has a control
-    character: JSON refuses them raw); and whether every line was a row of a name of its own
-    (then the text says exactly these rows, and another file's whole rows may be appended)."""
+    checked (cli/listing_memo.good); the file's text; whether it has no escape (then no text
+    in it has a control character: JSON refuses them raw); and whether every line was a row
+    of a name of its own (then the text says exactly these rows, and another file's whole
+    rows may be appended to it)."""
 
     __slots__ = ("by_name", "data", "plain", "whole")
     NONE: Rows
