@@ -137,9 +137,11 @@ def _ls(args: argparse.Namespace) -> int:
     store = cache.store
     rows = listing.rows(entries, [k for k in kinds if k in present], os.fspath(store.layout.listing), store.make_dir)
     hidden = 0 if args.kind or args.all else listing.count(entries, [k for k in INTERNAL_KINDS if k in present])
-    # by kind and name, the newest first: two stable sorts on attributes (a key tuple per row costs 5x)
+    # by kind and name, the newest first: stable sorts on one attribute each (a key tuple per row
+    # costs 5x; one of two attributes, 1.4x)
     rows.sort(key=attrgetter("created"), reverse=True)
-    rows.sort(key=attrgetter("kind", "name"))
+    rows.sort(key=attrgetter("name"))
+    rows.sort(key=attrgetter("kind"))
     if args.json:
         if len(rows) > render.PLAIN_ROWS:  # as emit_json writes a long list: a line per item
             lists: dict[tuple[str, ...], str] = {}

@@ -57,13 +57,15 @@ class Row(NamedTuple):
         the JSON of lists written before (the entries of a kind share a few file lists and
         requirements)."""
         q = _QUOTE
-        files = _json_list(self.files, lists)
-        requirements = _json_list(self.requirements, lists)
-        return (f'{{"created": {_number(self.created)}, "files": {files}, '
-                f'"key": {q(self.key)}, "kind": {q(self.kind)}, "last_used": {_number(self.last_used)}, '
-                f'"name": {q(self.name)}, "path": {q(self.path)}, '
-                f'"requirements": {requirements}, "size": {int(self.size)}, '
-                f'"variant": {q(self.variant)}}}')
+        path, kind, name, key, variant, size, files, requirements, created, used = self
+        files = _json_list(files, lists)
+        requirements = _json_list(requirements, lists)
+        # a finite number is its repr (x - x is 0.0 for those alone): _number's call spared
+        return (f'{{"created": {repr(created) if created - created == 0 else _number(created)}, '
+                f'"files": {files}, "key": {q(key)}, "kind": {q(kind)}, '
+                f'"last_used": {repr(used) if used - used == 0 else _number(used)}, '
+                f'"name": {q(name)}, "path": {q(path)}, "requirements": {requirements}, "size": {int(size)}, '
+                f'"variant": {q(variant)}}}')
 
 
 def _json_list(texts: tuple[str, ...], lists: dict[tuple[str, ...], str] | None) -> str:
@@ -137,32 +139,33 @@ def _kind_rows(kind_dir: str, old: dict[str, listing_memo.MemoRow], plain: bool,
 def _prefix_rows(folder: str, old: dict[str, listing_memo.MemoRow], plain: bool,
                  new: dict[str, listing_memo.MemoRow], out: list[Row]) -> int:
     """Append the rows of one prefix folder's entries; how many were read from their manifests.
-    old: the memo's rows by entry folder name, checked here as they are used (listing_memo.good)."""
+    old: the memo's rows by entry folder name, checked here as they are used (listing_memo.good).
+    Its loop runs once an entry of the store: names bound to locals, no call it can spare."""
     try:
         dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
     except OSError:
         return 0
     read_again = 0
-    good = listing_memo.good
+    good, get, stat, append, new_row = listing_memo.good, old.get, os.stat, out.append, _new_row
     try:
         with os.scandir(dfd) as it:
-            found = sorted((e.name, e.inode()) for e in it if "." in e.name and e.is_dir(follow_symlinks=False))
+            found = sorted([(e.name, e.inode()) for e in it if "." in e.name and e.is_dir(follow_symlinks=False)])
         for name, inode in found:
-            memo = old.get(name)
+            memo = get(name)
             if memo is not None and good(memo, plain) and memo[1] == inode:
                 try:
-                    used = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
+                    used = stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
                 except OSError:
                     continue
                 key, _, variant = name.partition(".")
-                out.append(_new_row((f"{folder}/{name}", memo[2], memo[3], key, variant, memo[4], tuple(memo[5]),
-                                     tuple(memo[6]), float(memo[7]), used)))
+                append(new_row((f"{folder}/{name}", memo[2], memo[3], key, variant, memo[4], tuple(memo[5]),
+                                tuple(memo[6]), float(memo[7]), used)))
                 new[name] = memo
                 continue
             read_again += 1
             row = read(f"{folder}/{name}", name, dfd)
             if row is not None:
-                out.append(row)
+                append(row)
                 new[name] = [name, inode, row.kind, row.name, row.size, list(row.files), list(row.requirements),
                              row.created]
     finally:
