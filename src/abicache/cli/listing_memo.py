@@ -51,15 +51,17 @@ def good(row: Any, plain: bool) -> bool:
     """A row as save() writes it (checked as it is used: one bad row drops only itself);
     its texts are checked for control characters (a line break makes a second row)
     unless the memo's text is plain."""
-    if not (type(row) is list and len(row) == 8 and type(row[1]) is int and type(row[2]) is str
-            and type(row[3]) is str and type(row[4]) is int and type(row[5]) is list and type(row[6]) is list
-            and type(row[7]) in (float, int)):
+    if type(row) is not list or len(row) != 8:
+        return False
+    _, inode, kind, name, size, files, requirements, created = row
+    if not (type(inode) is int and type(kind) is str and type(name) is str and type(size) is int
+            and type(files) is list and type(requirements) is list and type(created) in (float, int)):
         return False
     try:
-        lists = "".join(row[5]) + "".join(row[6])  # a TypeError where one is not text
+        lists = "".join(files) + "".join(requirements)  # a TypeError where one is not text
     except TypeError:
         return False
-    return plain or not _CONTROL.search(row[2] + row[3] + lists)
+    return plain or not _CONTROL.search(kind + name + lists)
 
 
 def save(path: str, rows: dict[str, MemoRow], make_dir: Callable[[Path], None]) -> None:
