@@ -118,11 +118,10 @@ def _kind_rows_kept(kind_dir: str, path: str, memo_folder: str, kind: str, make_
     old = {**memo.by_name, **log.by_name} if log.by_name else memo.by_name
     new: dict[str, listing_memo.MemoRow] = {}
     read_again = _kind_rows(kind_dir, old, memo.plain and log.plain, new, out)
-    if read_again or len(new) != len(old) or not memo.whole:
-        listing_memo.save(path, new, make_dir)
-    elif taken and log.whole and len(new) == len(memo.by_name) + len(log.by_name):
+    kept = not read_again and len(new) == len(old) and memo.whole  # every row shown, and no other
+    if kept and taken and log.whole and len(new) == len(memo.by_name) + len(log.by_name):
         listing_memo.extend(path, memo, log, taken, make_dir)  # the two texts say exactly these rows
-    elif taken:
+    elif not kept or taken:
         listing_memo.save(path, new, make_dir)
     listing_log.done(taken)
 

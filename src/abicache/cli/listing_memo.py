@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 from ..store import listing_log
 
-SUFFIX = ".rows"  # store/gc.py knows both names: it drops the memos of kinds with no entry left
-OLD_SUFFIX = ".json"  # format 1
+SUFFIX, OLD_SUFFIX = listing_log.MEMO_SUFFIX, listing_log.MEMO_SUFFIX_1  # format 2, format 1
 _LIMIT = 256 << 20  # a memo larger than this is not one ls wrote (10,000 rows: 2 MiB)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # as listing's

@@ -323,7 +323,7 @@ def _drop_stale_listings(store: Store, keys: dict[str, set[str]]) -> int:
     removed = 0
     now = time.time()
     for path in children(store.layout.listing):
-        kind = _memo_kind(path.name) or listing_log.kind_of(path.name)
+        kind = listing_log.memo_kind(path.name) or listing_log.kind_of(path.name)
         try:
             stray = not keys.get(kind) if kind is not None else now - path.lstat().st_mtime >= SETTLED
             if stray:
@@ -333,14 +333,6 @@ def _drop_stale_listings(store: Store, keys: dict[str, set[str]]) -> int:
             continue
     _rmdir(store.layout.listing)
     return removed
-
-
-def _memo_kind(filename: str) -> str | None:
-    """The kind of `ls`'s memo of this name (cli/listing_memo: <kind>.rows, format 1 <kind>.json)."""
-    for suffix in (".rows", ".json"):
-        if filename.endswith(suffix) and len(filename) > len(suffix):
-            return filename[:-len(suffix)]
-    return None
 
 
 def _drop_old_layouts(store: Store) -> int:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 LIMIT = 4 << 20
 SUFFIX = ".log"
+#: `ls`'s memo of a kind (cli/listing_memo), in the same folder: <kind>.rows, format 1 <kind>.json
+MEMO_SUFFIX, MEMO_SUFFIX_1 = ".rows", ".json"
 #: no link followed; a FIFO planted there is opened without waiting (then refused: not a regular file)
 _FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -44,6 +46,14 @@ def kind_of(filename: str) -> str | None:
     """The kind a log's file name is for (None: not a log's name)."""
     stem, dot, uid = filename[:-len(SUFFIX)].rpartition(".") if filename.endswith(SUFFIX) else ("", "", "")
     return stem if dot and uid.isdigit() else None
+
+
+def memo_kind(filename: str) -> str | None:
+    """The kind `ls`'s memo of this file name is for, of either format (None: not a memo's)."""
+    for suffix in (MEMO_SUFFIX, MEMO_SUFFIX_1):
+        if filename.endswith(suffix) and len(filename) > len(suffix):
+            return filename[:-len(suffix)]
+    return None
 
 
 def line(manifest: Manifest, inode: int) -> bytes:
