@@ -225,10 +225,10 @@ int cuInit(unsigned flags) {
 REMEMBERED = """
 import os
 from pathlib import Path
-from abicache.env import Facts, cuda_probe
+from abicache.env import Facts, cuda_premise
 proc = Path(os.environ["FAKE_PROC"])
-cuda_probe._BOOT_ID, cuda_probe._MODULE = str(proc / "boot_id"), str(proc / "version")
-cuda_probe._GPUS, cuda_probe._DEV, cuda_probe._LD_CACHE = str(proc / "gpus"), str(proc / "dev"), str(proc / "ld.so.cache")
+cuda_premise.BOOT_ID, cuda_premise.MODULE = str(proc / "boot_id"), str(proc / "version")
+cuda_premise.GPUS, cuda_premise.DEV, cuda_premise.LD_CACHE = str(proc / "gpus"), str(proc / "dev"), str(proc / "ld.so.cache")
 f = Facts(memo_dir=Path(os.environ["FAKE_TOOLS"]))
 print(f.get("cuda.driver"), f.get("gpu.arch"))
 """
@@ -319,12 +319,46 @@ def test_a_driver_that_sees_no_device_means_no_gpu_and_one_that_fails_means_unkn
 
 
 def test_cuda_runtime_major_from_the_libraries_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from abicache.env import cuda_probe
+    from abicache.env import cuda_premise, cuda_probe
 
     for name in ("libcudart.so.12", "libcudart.so.11.0", "libcudart.so.13"):
         (tmp_path / name).write_bytes(b"")
     monkeypatch.setattr(cuda_probe, "runtime_dirs", lambda: [tmp_path])
-    monkeypatch.setattr(cuda_probe, "loaded_major", lambda soname: None)
+    monkeypatch.setattr(cuda_premise, "loaded_cudart", lambda: None)
     assert cuda_probe.runtime_major() == "13"
     (tmp_path / "libcudart.so.13").unlink()
     assert cuda_probe.runtime_major() == "12"
+
+
+LOADED = r"""
+import ctypes, os, re
+from abicache.env import cuda_premise
+before = cuda_premise.loaded_cudart()
+for path in os.environ["LOAD"].split(os.pathsep):
+    ctypes.CDLL(path)
+text = open("/proc/self/maps", encoding="utf-8", errors="replace").read()
+regex = next((m.group(1) for m in map(re.compile(r"libcudart\.so\.(\d+)").search, text.splitlines()) if m), None)
+print(before, cuda_premise.loaded_cudart(), regex)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux's")
+def test_the_loaded_cuda_runtime_is_the_first_mapped_as_the_maps_say(tmp_path: Path) -> None:
+    """cuda.runtime's first source, which a hit record of GPU code compares in the served call
+    (env/cuda_premise.py): the major of the first libcudart.so.N this process maps. Real
+    libraries of those names, built here, loaded in a fresh process: a name with no digits
+    after it is no runtime; the answer is the one a regex over the maps gives."""
+    import subprocess as sp
+
+    made = []
+    for name in ("libcudart.so.x", "libcudart.so.12", "libcudart.so.13"):
+        (tmp_path / "c.c").write_text("int cudart_stand_in(void) { return 1; }\n")
+        sp.run(["cc", "-shared", "-fPIC", str(tmp_path / "c.c"), "-o", str(tmp_path / name)], check=True)
+        made.append(str(tmp_path / name))
+    out = run_py(LOADED, env={"LOAD": made[0]})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "None", "None"]
+    out = run_py(LOADED, env={"LOAD": os.pathsep.join(made)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "None" and out.stdout.split()[1] in ("12", "13")
+    assert out.stdout.split()[1] == out.stdout.split()[2]

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,35 @@ def test_a_cuda_extension_builds_and_loads_without_a_gpu_and_a_second_process_co
                                       text=True, env={**os.environ, **env}, timeout=120).stdout)
     assert (stats["counts"]["builds"], stats["counts"]["hits_local"]) == (1, 1)
     assert stats["by_kind"]["cc.object"]["entries"] == 2  # its two units, compiled once each
+    _a_cuda_extension_is_served_by_its_record_while_no_driver_loads(run, project)
+
+
+#: a later process's call: served by its hit record or not (hits/cuda_witness.py)
+SERVED = """
+import json, torch
+from abicache import cc
+from abicache.torch import load
+m = load("farm_ext", ["ext.cpp", "kernel.cu"], extra_cflags=["-Ofast", "-fopenmp"], extra_ldflags=["-fopenmp"])
+held = next(iter(cc._loaded.values()))[0]
+print(json.dumps([type(held).__name__ == "Served", m.sum_of_squares(torch.arange(10, dtype=torch.float32))]))
+"""
+
+
+def _a_cuda_extension_is_served_by_its_record_while_no_driver_loads(run: Any, project: Path) -> None:
+    """Issue 49 on a GPU fleet's build machines: a CUDA extension's record was refused (nvcc,
+    gpu.arch and cuda.runtime are no file's stat), so every process paid the full lookup.
+    Its record holds `gpu=none` (no kernel module, no driver library: no GPU for CUDA here)
+    and the CUDA runtime torch loaded (tests/test_cuda_records.py: what sends it the full way)."""
+    for _ in range(6):
+        ran = run(SERVED)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        served, value = json.loads(ran.stdout.splitlines()[-1])
+        assert value == 285.0
+        if served:
+            break
+    assert served, "no record served the CUDA extension"
+    fields = [path.read_bytes() for path in (project.parent / "store" / "v3" / "hits").iterdir()]
+    assert any(b"\0gpu=none;cudart=13\0" in data for data in fields)
 
 
 def _guide_stable_cuda_op() -> str:

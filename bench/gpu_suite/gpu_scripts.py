@@ -167,16 +167,17 @@ if mode in ("stable", "floor-stable"):
 else:
     err = (mod.scale(x, 3.0) - 3 * x).abs().max().item()
 torch.cuda.synchronize()
-hit = None
+hit = served = None
 if mode in ("abicache", "stable"):
-    from abicache import Cache
+    from abicache import Cache, cc
+    served = type(next(iter(cc._loaded.values()))[0]).__name__ == "Served"  # by its hit record
     # this extension's entries (the store is shared: check 7's tree is a torch.pybind entry too)
     store = Cache(os.environ["ABICACHE_DIR"]).store
     name = "abicache_gpu_stable" if mode == "stable" else "abicache_gpu_classic"
     hit = len([v for v in store.iter_variant_dirs() if store.read_manifest(v).name == name])
 path = mod if isinstance(mod, str) else getattr(mod, "__file__", None)
 print(json.dumps({"load_s": loaded, "import_torch_s": t - t0, "err": err, "entries": hit, "torch": torch.__version__,
-                  "path": path}))
+                  "path": path, "served": served}))
 '''
 
 # A torch CUDA extension as a source tree (4 files, 2 headers), load()ed from files.

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from ..values.archs import NO_GPU
 from .probes import CUDA_FACTS  # noqa: F401  (what probe() answers)
-from .sonames import highest_major, loaded_major
+from . import cuda_premise
+from .sonames import highest_major
 
 _CUDART = re.compile(r"libcudart\.so\.(\d+)")
 _SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
@@ -60,35 +61,12 @@ def runtime_dirs() -> list[Path]:
 
 
 def runtime_major() -> str | None:
-    return loaded_major(_CUDART) or highest_major(_CUDART, runtime_dirs())
-
-
-#: what decides the visible NVIDIA devices and the user-space driver, besides /proc and /dev
-_CHOOSING = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-             "LD_PRELOAD")
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-_MODULE = "/proc/driver/nvidia/version"  # the kernel module's version line
-_GPUS = "/proc/driver/nvidia/gpus"  # a folder per GPU the module drives, named by PCI address
-_DEV = "/dev"
-_LD_CACHE = "/etc/ld.so.cache"  # where the loader finds libcuda.so.1 when no variable says
+    return cuda_premise.loaded_cudart() or highest_major(_CUDART, runtime_dirs())
 
 
 def _seen() -> tuple[object, ...] | None:
-    """Everything the driver's answer depends on, read without the driver; None where the
-    kernel module is not there to be read (the driver is then asked each time: it is cheap
-    to find absent)."""
-    try:
-        with open(_BOOT_ID) as f:
-            boot = f.read().strip()
-        with open(_MODULE) as f:
-            module = f.read()
-        gpus = sorted(os.listdir(_GPUS))
-        nodes = sorted(n for n in os.listdir(_DEV) if n.startswith("nvidia"))
-        cache = os.stat(_LD_CACHE)
-    except OSError:
-        return None
-    return (boot, module, tuple(gpus), tuple(nodes), (cache.st_ino, cache.st_mtime_ns, cache.st_ctime_ns),
-            tuple(os.environ.get(name) for name in _CHOOSING))
+    """Everything the driver's answer depends on (cuda_premise.py, which a hit record's check reads too)."""
+    return cuda_premise.seen()
 
 
 def _driver_remembered(memo_dir: Path | None) -> tuple[str | None, str | None]:
@@ -100,7 +78,7 @@ def _driver_remembered(memo_dir: Path | None) -> tuple[str | None, str | None]:
         return _driver()
     from . import toolid
 
-    what = "cuda driver and gpus"
+    what = cuda_premise.REMEMBERED
     try:
         driver, archs = json.loads(toolid.recall_by(seen, what, memo_dir) or "null")
         if isinstance(driver, str) and isinstance(archs, str):
@@ -120,7 +98,7 @@ def _driver() -> tuple[str | None, str | None]:
     import ctypes
 
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        cuda = ctypes.CDLL(cuda_premise.DRIVER)
     except OSError:
         return None, NO_GPU
     version = ctypes.c_int(0)

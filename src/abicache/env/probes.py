@@ -160,10 +160,14 @@ def nvcc(memo_dir: Path | None) -> str | None:
 
 
 def _cuda_home_tool(name: str) -> Path | None:
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / name).is_file():
-            return Path(home) / "bin" / name
-    return None
+    return next((path for path in cuda_home_tools(name) if path.is_file()), None)
+
+
+def cuda_home_tools(name: str) -> list[Path]:
+    """Where a CUDA tool is looked for when PATH has none, in order (a hit record witnesses
+    each: hits/writer.py)."""
+    return [Path(home) / "bin" / name for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                                   "/usr/local/cuda") if home]
 
 
 def _nvcc_identity(path: Path) -> str:

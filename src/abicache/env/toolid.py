@@ -150,6 +150,14 @@ def memo_file(path: Path, what: str, memo_dir: Path | None) -> Path | None:
     return _memo_file(memo_dir, f"{path}\0{what}")
 
 
+def remembered_on_disk(stamp: tuple[Any, ...], what: str, memo_dir: Path | None) -> tuple[Path, str] | None:
+    """(the memo file, its value) where the file under memo_dir holds a value for this
+    stamp now: what a new process's recall_by reads (hits/cuda_witness.py witnesses it)."""
+    record = _memo_file(memo_dir, what)
+    value = _read_record(record, stamp)
+    return None if record is None or value is None else (record, value)
+
+
 def _memo_file(memo_dir: Path | None, what: str) -> Path | None:
     if memo_dir is None:
         return None

@@ -20,7 +20,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Any
 
-FORMAT = b"abicache-hit 3"  # 2: the native check's path; 3: which files are links, the watch's plan (record.py)
+#: 2: the native check's path; 3: which files are links, the watch's plan; 4: the GPU facts' premise (record.py)
+FORMAT = b"abicache-hit 4"
 #: os.environ's own table of bytes (POSIX); elsewhere no record is named
 _RAW = getattr(os.environ, "_data", None) if os.name == "posix" else None
 

@@ -2,15 +2,16 @@
 
 `<root>/v3/hits/<name>` (naming.py), written by writer.py with one rename:
 
-    abicache-hit 3 <witnesses> <watched> <length of the text>\\n
+    abicache-hit 4 <witnesses> <watched> <length of the text>\\n
     <4 x 64-bit integers a witness>
     <a 32-bit inotify mask a watched path>
     <text: NUL-separated: deadline, the store's real root, the file to load, its entry's
      folder, the names in that folder ('/'-separated), the seconds between last-use
      touches, the build seconds a hit saves, where the build's witnesses start (the
      in-process memo watches those, as it watches an Artifact's dependencies), the native
-     check of the build's witnesses or nothing (native.py), one letter a witness, then a
-     path a witness, then a path a watched path (the watch's plan: store/watch.py plan)>
+     check of the build's witnesses or nothing (native.py), what the GPU facts stand on or
+     nothing (cuda_witness.py), one letter a witness, then a path a witness, then a path a
+     watched path (the watch's plan: store/watch.py plan)>
 
 A witness is a path and what to compare (os.stat's fields):
     l  lstat: inode, size, mtime, ctime (the store's files and folders: any write, chmod,
@@ -68,7 +69,7 @@ _MASK = Struct("<I")
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _KINDS = frozenset(b"lsdtamcfnk")
 #: the text's fields before the paths (encode)
-_HEAD = 10
+_HEAD = 11
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
@@ -78,12 +79,13 @@ def folder(root: str) -> str:
 
 def encode(deadline: float, root: str, file: str, entry: str, names: Sequence[str], touch: float, seconds: float,
            build: int, witnesses: Sequence[tuple[str, str, tuple[int, int, int, int]]], helper: str = "",
-           plan: Sequence[tuple[str, int]] = ()) -> bytes:
+           plan: Sequence[tuple[str, int]] = (), gpu: str = "") -> bytes:
     """A record's bytes; witnesses: (kind letter, path, the four numbers); helper: witness.c
-    built (native.py), or ""; plan: the watch of the build's witnesses (store/watch.py plan)."""
+    built (native.py), or ""; plan: the watch of the build's witnesses (store/watch.py plan);
+    gpu: what the GPU facts stand on (cuda_witness.py), or ""."""
     text = b"\0".join([repr(deadline).encode(), os.fsencode(root), os.fsencode(file), os.fsencode(entry),
                        _listing(names), repr(float(touch)).encode(), repr(float(seconds)).encode(), b"%d" % build,
-                       os.fsencode(helper), "".join(k for k, _, _ in witnesses).encode(),
+                       os.fsencode(helper), gpu.encode(), "".join(k for k, _, _ in witnesses).encode(),
                        *(os.fsencode(p) for _, p, _ in witnesses), *(os.fsencode(p) for p, _ in plan)])
     numbers = b"".join(_WITNESS.pack(*w) for _, _, w in witnesses)
     masks = b"".join(_MASK.pack(m) for _, m in plan)
@@ -207,11 +209,16 @@ def _judge(data: bytes, real: str) -> Served | None:
         return None
     numbers, masks = body[:n * _WITNESS.size], body[n * _WITNESS.size:at]
     fields = body[at:].split(b"\0", _HEAD)
-    deadline, root, file, entry, names, touch, seconds, build, helper, kinds, blob = fields
+    deadline, root, file, entry, names, touch, seconds, build, helper, gpu, kinds, blob = fields
     if len(kinds) != n or not _KINDS.issuperset(kinds) or os.fsdecode(root) != real:
         return None
     if time.time() >= float(deadline):
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
+    if gpu:
+        from . import cuda_witness  # GPU code's records only
+
+        if not cuda_witness.holds(gpu.decode()):
+            return None
     paths = blob.decode(_ENCODING, _ERRORS).split("\0")  # at once: os.fsdecode a path cost 4 ms a torch record
     if len(paths) != n + p:
         return None

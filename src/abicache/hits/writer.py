@@ -17,7 +17,7 @@ import os
 import stat
 import time
 
-from . import naming, record
+from . import cuda_witness, naming, record
 from ..env import toolid
 from ..settings import checked, config, settings_file
 from ..store import deps as depcheck, stamps
@@ -41,6 +41,8 @@ COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.ab
 CXX_FACTS = frozenset({"platform.glibcxx", "platform.cxxabi"})
 #: the tools a record can witness (their command from PATH, their identity's memo)
 TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
+#: cuda.nvcc's command: PATH's, else the first CUDA home's (env/probes.py nvcc_path)
+NVCC = "nvcc"
 KINDS = frozenset({"cc.library", "cc.module", "torch.pybind", "torch.classic", "torch.stable"})
 
 Witness = tuple[str, str, tuple[int, int, int, int]]
@@ -57,7 +59,7 @@ def before(cache: Cache, call: bytes, root: str, tools: Sequence[str], named: Ma
     both agree (nothing changed while it looked). None where no record will be written.
     named: facts the call names (a tool that is one is named, not witnessed)."""
     name = naming.name(call, root)
-    if name is None or name in _noted or set(tools) - set(TOOLS) - set(named):
+    if name is None or name in _noted or set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named):
         return None
     return looked_at(cache, _words(tools), files)
 
@@ -75,12 +77,15 @@ def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]], files: Files =
 
 
 def _words(tools: Sequence[str]) -> list[tuple[str, str]]:
-    """The compilers among tools, each as PATH finds it (a named fact is no command)."""
+    """The compilers among tools, each as PATH finds it (a named fact is no command), and
+    nvcc as env/probes.py nvcc_path finds it (PATH, then the CUDA homes)."""
     out = []
     for tool in tools:
         if tool in TOOLS:
             words = toolid.command(*TOOLS[tool])
             out.append((words[toolid.compiler_at(words)], "compiler -v"))
+        elif tool == "cuda.nvcc":
+            out.append((NVCC, "nvcc --version"))
     return out
 
 
@@ -141,11 +146,11 @@ def refusal(cache: Cache, art: Artifact, tools: Sequence[str], checking: bool,
         return "ABICACHE_CHECK samples hits"
     if art.origin not in ("local", "built") or art.kind not in KINDS:
         return f"an entry of origin {art.origin}, kind {art.kind}"
-    if not set(tools) <= set(TOOLS) | set(named):
-        return f"tools {sorted(set(tools) - set(TOOLS) - set(named))}"
+    if not set(tools) <= set(TOOLS) | cuda_witness.TOOLS | set(named):
+        return f"tools {sorted(set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named))}"
     facts = {r.name for r in art.requirements}
-    if not facts <= COVERED_FACTS | CXX_FACTS | set(named):
-        return f"requirements on {sorted(facts - COVERED_FACTS - CXX_FACTS - set(named))}"
+    if not facts <= COVERED_FACTS | CXX_FACTS | cuda_witness.FACTS | set(named):
+        return f"requirements on {sorted(facts - COVERED_FACTS - CXX_FACTS - cuda_witness.FACTS - set(named))}"
     differing = sorted(fact for fact, value in named.items() if cache.facts.get(fact) != value)
     if differing:
         return f"facts the lookup found otherwise than the call names: {differing}"
@@ -169,6 +174,16 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     if isinstance(taken, str):
         return taken
     names, deadline, witnesses, build = taken
+    gpu = ""
+    if cuda_witness.needed(art, tools):  # the GPU facts' premise: among the store's witnesses
+        more: Witnesses = []
+        gpu = cuda_witness.taken(cache, art, more)
+        if gpu.startswith("no: "):
+            return gpu[4:]
+        if not all(stamps.settled(w[2], now) and stamps.settled(w[3], now) for k, _, w in more if k == "l"):
+            return "unsettled"
+        witnesses[build:build] = more
+        build += len(more)
     try:
         links, hops = _hops([p for k, p, _ in witnesses[build:] if k == "k"])
     except OSError as exc:
@@ -178,7 +193,7 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     witnesses += hops
     data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
                          art.manifest.build_seconds or 0.0, build, witnesses, _helper(cache, art, len(witnesses) - build),
-                         _plan(witnesses[build:], links))
+                         _plan(witnesses[build:], links), gpu)
     put(cache.store, record.folder(real), name, data)
     return None
 
@@ -350,19 +365,36 @@ def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesse
         out.append(("t", os.fspath(store_tools), _trust(os.lstat(store_tools))))
     for word, what in compilers:
         found = toolid.which(word)
-        if found is None:
+        if found is None and word != NVCC:
             return f"no {word} on PATH"
         if os.sep not in word:
             for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
                 candidate = os.path.join(folder or ".", word)
-                if candidate == os.fspath(found):
+                if found is not None and candidate == os.fspath(found):
                     break
                 why = _there_or_not(candidate, out)
                 if why is not None:
                     return why
+        if found is None:  # nvcc under a CUDA home: each place before it is witnessed too
+            found = _cuda_home_nvcc(out)
+            if found is None:
+                return "no nvcc on PATH nor under a CUDA home"
         out.append(("s", os.fspath(found), _stat(os.stat(found))))
         if not _memo(toolid.memo_file(found, what, memo_dir), out):
             return f"no memo of {found}'s identity"
+    return None
+
+
+def _cuda_home_nvcc(out: Witnesses) -> Any:
+    """nvcc as env/probes.py finds it where PATH has none: the first CUDA home's that is a
+    file, each place before it witnessed (there or not); None where none is."""
+    from ..env import probes
+
+    for path in probes.cuda_home_tools(NVCC):
+        if path.is_file():
+            return path
+        if _there_or_not(os.fspath(path), out) is not None:
+            return None
     return None
 
 
