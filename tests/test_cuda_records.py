@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need, run_py
-from test_env import FAKE_DRIVER
+from test_env import FAKE_DRIVER, fake_proc
 
 #: a C library that links the driver: the audit requires cuda.driver >= 1.0 of it
 DRIVER_USER = 'extern "C" int cuDriverGetVersion(int*);\nextern "C" int driver() { int v = 0; cuDriverGetVersion(&v); return v; }'
@@ -48,12 +48,7 @@ def stand_in(tmp_path: Path) -> dict[str, str]:
     subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o",
                     str(driver / "libcuda.so.1")], check=True)
     proc = tmp_path / "proc"
-    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
-    (proc / "dev").mkdir()
-    (proc / "dev" / "nvidia0").write_text("")
-    (proc / "boot_id").write_text("a-boot\n")
-    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
-    (proc / "ld.so.cache").write_text("")
+    fake_proc(proc)
     return {"FAKE_PROC": str(proc), "DRIVER_DIR": str(driver), "LD_LIBRARY_PATH": str(driver),
             "CUINIT_LOG": str(tmp_path / "cuinit.log"), "ABICACHE_DIR": str(tmp_path / "store"),
             "ABICACHE_KFD_TOPOLOGY": str(tmp_path / "no-kfd")}

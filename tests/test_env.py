@@ -234,6 +234,17 @@ print(f.get("cuda.driver"), f.get("gpu.arch"))
 """
 
 
+def fake_proc(proc: Path) -> None:
+    """What env/cuda_premise.py reads of a machine with one NVIDIA GPU, as files in proc (the
+    child process points the module's paths there: REMEMBERED)."""
+    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    (proc / "dev").mkdir()
+    (proc / "dev" / "nvidia0").write_text("")
+    (proc / "boot_id").write_text("a-boot\n")
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    (proc / "ld.so.cache").write_text("")
+
+
 def test_the_driver_is_asked_once_while_nothing_that_decides_its_answer_moves(tmp_path: Path) -> None:
     """cuInit costs 10 to 180 ms a process: the GPUs it finds are remembered under the store's
     tools/ by the boot, the kernel module, the GPUs' PCI addresses, the device nodes and the
@@ -245,12 +256,7 @@ def test_the_driver_is_asked_once_while_nothing_that_decides_its_answer_moves(tm
     lib = tmp_path / "libcuda.so.1"
     sp.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(lib)], check=True)
     proc, tools, log = tmp_path / "proc", tmp_path / "tools", tmp_path / "cuinit.log"
-    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
-    (proc / "dev").mkdir()
-    (proc / "dev" / "nvidia0").write_text("")
-    (proc / "boot_id").write_text("a-boot\n")
-    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
-    (proc / "ld.so.cache").write_text("")
+    fake_proc(proc)
     env = {"LD_LIBRARY_PATH": str(tmp_path), "CUINIT_LOG": str(log)}
 
     def facts(**more: str) -> tuple[list[str], int]:
