@@ -202,7 +202,11 @@ mod, loaded = timed(f"torch extension tree load ({mode})", load)
 x = torch.randn(1 << 20, device="cuda")
 err = (mod.axpb(x, 3.0, 1.0) - (3 * x + 1)).abs().max().item()
 torch.cuda.synchronize()
-print(json.dumps({"load_s": loaded, "err": err, "path": mod.__file__}))
+served = None
+if mode == "abicache":
+    from abicache import cc
+    served = type(next(iter(cc._loaded.values()))[0]).__name__ == "Served"  # by its hit record
+print(json.dumps({"load_s": loaded, "err": err, "path": mod.__file__, "served": served}))
 '''
 
 # Many distinct Triton kernels (one constexpr each) launched in one fresh process.

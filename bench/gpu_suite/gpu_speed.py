@@ -78,12 +78,13 @@ def check_tree(ctx: Context) -> list[dict]:
     env = {"TREE": json.dumps(tree), "MAX_JOBS": str(os.cpu_count())}
     build_dir = ctx.work / "tree-torch"
     build_dir.mkdir(exist_ok=True)
-    medians, colds = {}, {}
+    medians, colds, served = {}, {}, 0
     for mode in ("abicache", "torch"):
         colds[mode] = ctx.python(gpu_scripts.TREE, mode, str(build_dir), env=env, timeout=540)
         ctx.python(gpu_scripts.TREE, mode, str(build_dir), env=env)  # the first hit stamps the witnesses
         warm = [ctx.python(gpu_scripts.TREE, mode, str(build_dir), env=env) for _ in range(WARM_RUNS)]
         medians[mode] = statistics.median(w["load_s"] for w in warm)
+        served += sum(bool(w["served"]) for w in warm)
         if max(w["err"] for w in [colds[mode], *warm]) > 1e-5:
             return [row(check, f"load() of a source tree ({mode})", "FAIL", f"max error {warm[0]['err']:.1e}")]
     ctx.profiled(gpu_scripts.TREE, "abicache", str(build_dir), env=env)
@@ -97,7 +98,8 @@ def check_tree(ctx: Context) -> list[dict]:
             row(check, "warm load() in a fresh process (median)", "pass",
                 f"abicache {a * 1e3:.1f} ms, torch's load {t * 1e3:.1f} ms ({t / a:.2f}x), the .so imported by path "
                 f"{floor * 1e3:.1f} ms: abicache / floor = {a / floor:.2f}x (targets <= torch and <= 1.2x the floor: "
-                f"{'met' if met else 'NOT met'})", abicache_s=a, torch_s=t, floor_s=floor)]
+                f"{'met' if met else 'NOT met'}); served by its hit record: {served} of {WARM_RUNS}",
+                abicache_s=a, torch_s=t, floor_s=floor)]
 
 
 def kernel_counts() -> list[int]:
