@@ -282,6 +282,32 @@ def test_no_record_is_written_for_what_a_record_cannot_witness(root: Path, monke
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
+STATS = """
+import json, os
+from abicache import cc
+cc.load_library("answer", [{src!r}])
+"""
+
+
+def test_stats_say_which_hits_a_record_served_and_why_a_lookup_wrote_none(root: Path) -> None:
+    """`abicache stats` (as ccache -s tells direct hits from preprocessed ones): the local hits
+    its records served, and each full lookup that wrote no record, by its reason (no path in
+    it). A CUDA extension on a GPU fleet was never served by a record, and nothing said so."""
+    need("c++")
+    env = {"ABICACHE_DIR": str(root)}
+    for _ in range(8):
+        assert run_py(STATS.format(src=SRC), env=env).returncode == 0
+    run_py(STATS.format(src=SRC), env={**env, "ABICACHE_ROOOT": "x"})  # a variable that is no setting
+    counts = json.loads(run_py("import sys; from abicache.cli.program import main; sys.exit(main(['stats', '--json']))",
+                               env=env).stdout)["counts"]
+    assert counts["hits_local"] >= 1 and 1 <= counts["hits_record"] <= counts["hits_local"]
+    assert counts["unrecorded_by_reason"].get("an ABICACHE_* variable that is no setting") == 1
+    assert all("/" not in reason for reason in counts["unrecorded_by_reason"])
+    text = run_py("from abicache.cli.program import main; main(['stats'])", env=env).stdout
+    assert f"served by a hit record (no store opened): {counts['hits_record']} of the" in text
+    assert "full lookups that wrote no hit record: " in text
+
+
 def test_a_record_of_the_default_store_needs_a_config_file_without_dir(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ABICACHE_DIR")

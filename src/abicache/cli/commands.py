@@ -457,7 +457,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
                  [(counts["hits_local"], counts["hits_read_only"], counts["hits_remote"], counts["misses"], rate,
                    counts["builds"], counts["uncacheable"], f"{counts['build_seconds']:.1f} s",
                    f"{counts['seconds_saved']:.1f} s", counts["errors"])])
-    for label, field in (("uncacheable builds", "uncacheable_by_reason"), ("errors", "errors_by_kind")):
+    if counts["hits_local"]:
+        render.say(f"served by a hit record (no store opened): {counts['hits_record']} of the "
+                   f"{counts['hits_local']} local hits")
+    for label, field in (("uncacheable builds", "uncacheable_by_reason"), ("errors", "errors_by_kind"),
+                         ("full lookups that wrote no hit record", "unrecorded_by_reason")):
         if counts[field]:
             render.say(f"{label}: " + ", ".join(f"{reason} {n}" for reason, n in counts[field].items()))
     if doc["last_misses"]:

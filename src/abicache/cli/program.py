@@ -78,8 +78,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add.add_parser("verify", parents=[common], help="check entries; quarantine damage")
     p.add_argument("--full", action="store_true", help="re-hash every file and blob")
     p = add.add_parser("stats", parents=[common], help="hits, misses, time saved; size, entries, sharing",
-                       description="Hits, misses, builds, errors and the build time hits saved, counted by every "
-                                   "process that used this store (since --zero), and what the store holds.",
+                       description="Hits (and those a hit record served), misses, builds, errors, the build time "
+                                   "hits saved and why full lookups wrote no hit record, counted by every process "
+                                   "that used this store (since --zero), and what the store holds.",
                        epilog="example: abicache stats --json | jq .counts.hit_rate")
     p.add_argument("--zero", "-z", action="store_true", help="start the counts again (as ccache -z)")
     assume = argparse.ArgumentParser(add_help=False)

@@ -1,5 +1,6 @@
-"""Counting the hits records serve, as store/counters.py counts every other hit: in
-memory, appended to the store's stats log as one line when the process exits.
+"""Counting the hits records serve, as store/counters.py counts every other hit (local
+hits, and hits_record: which of them a record served): in memory, appended to the store's
+stats log as one line when the process exits.
 
 The common case writes the line itself (one O_APPEND write to a log that is there, is
 a regular file and has room); anything else (no log yet, one to rotate) hands the
@@ -52,8 +53,8 @@ def flush() -> None:
     _pending.clear()
     for (root, kind), (hits, seconds) in taken:
         named = kind.isprintable() and '"' not in kind and "\\" not in kind  # a kind is a name: cc.library
-        line = b'{"time": %.3f, "pid": %d, "hits_local": %d, %s"seconds_saved": %.3f}\n' % (
-            time.time(), os.getpid(), hits, b'"kind:%s:hits": %d, ' % (kind.encode(), hits) if named else b"",
+        line = b'{"time": %.3f, "pid": %d, "hits_local": %d, "hits_record": %d, %s"seconds_saved": %.3f}\n' % (
+            time.time(), os.getpid(), hits, hits, b'"kind:%s:hits": %d, ' % (kind.encode(), hits) if named else b"",
             seconds)
         if not _append(os.path.join(root, "v3", "log", f"{_LOG}.jsonl"), line):
             _by_counters(root, kind, int(hits), seconds)
@@ -85,7 +86,8 @@ def _by_counters(root: str, kind: str, hits: int, seconds: float) -> None:
         from ..store import Store, counters
 
         store = Store(root, group=group_setting(config.text("ABICACHE_SHARED")))
-        counters.count(store, hits_local=hits, seconds_saved=seconds, **{counters.by_kind(kind, "hits"): hits})
+        counters.count(store, hits_local=hits, hits_record=hits, seconds_saved=seconds,
+                       **{counters.by_kind(kind, "hits"): hits})
         counters.flush(store)
     except Exception:  # noqa: BLE001  statistics only inform: never a reason for an exit to fail
         pass

@@ -53,15 +53,22 @@ _noted: dict[str, str] = {}
 
 
 def before(cache: Cache, call: bytes, root: str, tools: Sequence[str], named: Mapping[str, str | None] = {},
-           files: Files = ()) -> Witnesses | None:
+           files: Files = ()) -> Witnesses | str:
     """What the lookup about to run reads of the config files, the compilers (PATH, their
     identities' memos) and files: note() takes them again after it, and records only where
-    both agree (nothing changed while it looked). None where no record will be written.
+    both agree (nothing changed while it looked). Or why no record will be written.
     named: facts the call names (a tool that is one is named, not witnessed)."""
     name = naming.name(call, root)
     if name is None or name in _noted or set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named):
-        return None
-    return looked_at(cache, _words(tools), files)
+        return "the call has no name here" if name is None else "recorded" if name in _noted else \
+            f"tools {sorted(set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named))}"
+    out: Witnesses = []
+    try:
+        return _looked_at(cache, _words(tools), files, out) or out
+    except FileNotFoundError:
+        return "a first lookup (the store's tools folder not made yet)"
+    except OSError as exc:
+        return f"unreadable before the lookup: {exc}"
 
 
 def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]], files: Files = ()) -> Witnesses | None:
@@ -70,10 +77,14 @@ def looked_at(cache: Cache, compilers: Sequence[tuple[str, str]], files: Files =
     they cannot be witnessed."""
     out: Witnesses = []
     try:
-        why = _settings(cache.store, out) or _compilers(cache, compilers, out) or _files(cache, files, out)
+        why = _looked_at(cache, compilers, files, out)
     except OSError:
         return None
     return None if why is not None else out
+
+
+def _looked_at(cache: Cache, compilers: Sequence[tuple[str, str]], files: Files, out: Witnesses) -> str | None:
+    return _settings(cache.store, out) or _compilers(cache, compilers, out) or _files(cache, files, out)
 
 
 def _words(tools: Sequence[str]) -> list[tuple[str, str]]:
@@ -90,22 +101,24 @@ def _words(tools: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[str],
-         bases: dict[str, str], checking: bool, seen: Witnesses | None, named: Mapping[str, str | None] = {},
+         bases: dict[str, str], checking: bool, seen: Witnesses | str, named: Mapping[str, str | None] = {},
          files: Files = ()) -> str | None:
     """Write the record of this call after its lookup (None), or say why not; where only a
     witness too young to trust stands in the way (a build's), try again when the process
-    exits. seen: before()'s witnesses; named and files: as before() was given them."""
+    exits. seen: before()'s witnesses, or why it took none; named and files: as before()
+    was given them."""
     if art.origin == "built":  # the native check, built beside the build, whichever process records it
         _helper(cache, art, _recorded(art))
     name = naming.name(call, root)  # the environment, the working directory: as the next process names it
-    if name is None or seen is None:
-        return "not recorded"
-    if _noted.get(name) == os.fspath(art.path):
+    if name is not None and _noted.get(name) == os.fspath(art.path):
         return "recorded"
-    why = refusal(cache, art, tools, checking, named)
-    if why is not None:
+    why = refusal(cache, art, tools, checking, named) or (seen if isinstance(seen, str) else None)
+    if why is None and name is None:
+        why = "the call has no name here"
+    if why == "recorded":
         return why
-    why = _write(cache, name, call, root, art, tools, bases, seen, files)
+    if why is None:
+        why = _write(cache, name, call, root, art, tools, bases, seen, files)  # type: ignore[arg-type]
     if why is None:
         _noted[name] = os.fspath(art.path)
     elif why == "unsettled":
@@ -114,7 +127,21 @@ def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[st
 
             atexit.register(_at_exit)
         _later[name] = (cache, name, call, root, art, tools, bases, seen, files)
+    else:
+        _counted(cache, why)
     return why
+
+
+def _counted(cache: Cache, why: str) -> None:
+    """A full lookup that wrote no record, counted by its reason (`abicache stats`): a call
+    never served by a record says why. Paths are left out of the reason: one count each."""
+    from ..store import counters
+
+    stem = " ".join("<path>" if word.startswith("/") else word for word in why.split(": ", 1)[0].split())
+    try:
+        counters.count(cache.store, **{f"unrecorded:{stem}": 1})
+    except Exception:  # noqa: BLE001  statistics only inform
+        pass
 
 
 def _at_exit() -> None:

@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
 LOG = "stats"
 FIELDS = ("hits_local", "hits_read_only", "hits_remote", "misses", "builds", "build_seconds", "seconds_saved",
-          "uncacheable", "errors")
-#: counts by reason and by kind: "uncacheable:<reason>", "errors:<kind>"; and per kind of
-#: entry, as ccache's counters (its direct hits, misses, uncacheable calls): "kind:<kind>:<field>"
-BREAKDOWNS = ("uncacheable:", "errors:", "kind:")
+          "uncacheable", "errors", "hits_record")
+#: counts by reason and by kind: "uncacheable:<reason>", "errors:<kind>", "unrecorded:<reason>"
+#: (a full lookup that wrote no hit record: hits/writer.py); and per kind of entry, as
+#: ccache's counters (its direct hits, misses, uncacheable calls): "kind:<kind>:<field>".
+#: hits_record: the local hits a hit record served (as ccache's direct hits, a part of hits_local)
+BREAKDOWNS = ("uncacheable:", "errors:", "kind:", "unrecorded:")
 #: what each kind of entry is counted by
 KIND_FIELDS = ("hits", "misses", "uncacheable", "errors")
 
@@ -112,7 +114,8 @@ def totals(store: Store) -> dict[str, Any]:
                            for k in FIELDS}
     hits = doc["hits_local"] + doc["hits_read_only"] + doc["hits_remote"]
     doc["hit_rate"] = round(hits / (hits + doc["misses"]), 4) if hits + doc["misses"] else None
-    for prefix, field in (("uncacheable:", "uncacheable_by_reason"), ("errors:", "errors_by_kind")):
+    for prefix, field in (("uncacheable:", "uncacheable_by_reason"), ("errors:", "errors_by_kind"),
+                          ("unrecorded:", "unrecorded_by_reason")):
         doc[field] = {k[len(prefix):]: int(v) for k, v in sorted(sums.items()) if k.startswith(prefix)}
     doc["by_kind"] = _by_kind(sums)
     doc["since"] = since
