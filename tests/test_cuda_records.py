@@ -102,16 +102,51 @@ def test_a_record_stands_on_the_drivers_memo_file_as_well(stand_in: dict[str, st
     """The memo the premise names is a witness: rewritten (another answer under the same
     premise, as a full lookup would write it), the call goes the full way."""
     _until_served(stand_in)
-    from abicache.env import cuda_premise
-    from abicache.values.digest import sha256_hex
-
-    named = sha256_hex(cuda_premise.REMEMBERED.encode())[:32] + ".json"  # env/toolid.py's name for it
-    memos = list(Path(stand_in["ABICACHE_DIR"]).rglob(named))
-    assert len(memos) == 1 and "sm_80,sm_90" in memos[0].read_text()
+    memos = [_driver_memo(stand_in)]
+    assert "sm_80,sm_90" in memos[0].read_text()
     text = memos[0].read_text()
     memos[0].unlink()
     memos[0].write_text(text)
     assert _call(stand_in)[0] is False
+
+
+def _driver_memo(env: dict[str, str]) -> Path:
+    from abicache.env import cuda_premise
+    from abicache.values.digest import sha256_hex
+
+    named = sha256_hex(cuda_premise.REMEMBERED.encode())[:32] + ".json"  # env/toolid.py's name for it
+    (memo,) = Path(env["ABICACHE_DIR"]).rglob(named)
+    return memo
+
+
+TRUSTED = """
+import os
+from pathlib import Path
+from abicache.env import cuda_premise
+proc = Path(os.environ["FAKE_PROC"])
+cuda_premise.BOOT_ID, cuda_premise.MODULE = str(proc / "boot_id"), str(proc / "version")
+cuda_premise.GPUS, cuda_premise.DEV, cuda_premise.LD_CACHE = str(proc / "gpus"), str(proc / "dev"), str(proc / "ld.so.cache")
+from abicache import Cache
+from abicache.hits import cuda_witness
+facts = Cache(os.environ["ABICACHE_DIR"]).facts
+facts.get("cuda.driver"), facts.get("gpu.arch")  # the lookup's, from the memo as it was
+before = cuda_witness._remembered(facts, cuda_premise.seen(), [])
+os.chown(os.environ["MEMO"], 65534, 65534)  # nobody's now, the same bytes
+print(before, "|", cuda_witness._remembered(facts, cuda_premise.seen(), []))
+"""
+
+
+def test_no_record_stands_on_a_driver_memo_another_user_owns(stand_in: dict[str, str]) -> None:
+    """The memo a record's premise names steers the GPU facts: the writer takes the driver's
+    answer from it only as a new process's lookup would believe it (env/toolid.py: this
+    user's, or root's, and no one else may write it). Given to `nobody`, no record stands on it."""
+    if os.getuid() != 0:
+        pytest.skip("giving the memo to another user needs root")
+    _until_served(stand_in)
+    out = run_py(TRUSTED, env={**stand_in, "MEMO": str(_driver_memo(stand_in))})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("|")[0].strip() == "None"
+    assert "no memo of the driver's answer" in out.stdout.split("|")[1]
 
 
 def test_no_record_stands_where_the_driver_is_asked_in_each_process(stand_in: dict[str, str]) -> None:

@@ -156,7 +156,7 @@ def nvcc(memo_dir: Path | None) -> str | None:
     path = nvcc_path()
     if path is None:
         return None
-    return toolid.memoized(path, "nvcc --version", _nvcc_identity, memo_dir)
+    return toolid.memoized(path, IDENTITY_MEMO["nvcc"], _nvcc_identity, memo_dir)
 
 
 def _cuda_home_tool(name: str) -> Path | None:

@@ -18,7 +18,7 @@ import stat
 import time
 
 from . import cuda_witness, naming, record
-from ..env import toolid
+from ..env import probes, toolid
 from ..settings import checked, config, settings_file
 from ..store import deps as depcheck, stamps
 from ..store.manifest import LISTING
@@ -41,8 +41,9 @@ COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.ab
 CXX_FACTS = frozenset({"platform.glibcxx", "platform.cxxabi"})
 #: the tools a record can witness (their command from PATH, their identity's memo)
 TOOLS = {"compiler.cxx": ("CXX", "c++"), "compiler.cc": ("CC", "cc")}
-#: cuda.nvcc's command: PATH's, else the first CUDA home's (env/probes.py nvcc_path)
-NVCC = "nvcc"
+#: the word _words gives cuda.nvcc: nvcc as env/probes.py nvcc_path finds it (PATH's, else
+#: the first CUDA home's), never a command a launcher was given
+NVCC = "cuda.nvcc"
 KINDS = frozenset({"cc.library", "cc.module", "torch.pybind", "torch.classic", "torch.stable"})
 
 Witness = tuple[str, str, tuple[int, int, int, int]]
@@ -95,8 +96,8 @@ def _words(tools: Sequence[str]) -> list[tuple[str, str]]:
         if tool in TOOLS:
             words = toolid.command(*TOOLS[tool])
             out.append((words[toolid.compiler_at(words)], "compiler -v"))
-        elif tool == "cuda.nvcc":
-            out.append((NVCC, "nvcc --version"))
+        elif tool == NVCC:
+            out.append((NVCC, probes.IDENTITY_MEMO["nvcc"]))
     return out
 
 
@@ -391,8 +392,9 @@ def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesse
     if store_tools is not None:
         out.append(("t", os.fspath(store_tools), _trust(os.lstat(store_tools))))
     for word, what in compilers:
+        probed, word = (True, "nvcc") if word == NVCC else (False, word)
         found = toolid.which(word)
-        if found is None and word != NVCC:
+        if found is None and not probed:
             return f"no {word} on PATH"
         if os.sep not in word:
             for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
@@ -415,9 +417,7 @@ def _compilers(cache: Cache, compilers: Sequence[tuple[str, str]], out: Witnesse
 def _cuda_home_nvcc(out: Witnesses) -> Any:
     """nvcc as env/probes.py finds it where PATH has none: the first CUDA home's that is a
     file, each place before it witnessed (there or not); None where none is."""
-    from ..env import probes
-
-    for path in probes.cuda_home_tools(NVCC):
+    for path in probes.cuda_home_tools("nvcc"):
         if path.is_file():
             return path
         if _there_or_not(os.fspath(path), out) is not None:
