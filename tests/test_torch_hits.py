@@ -244,6 +244,32 @@ def test_the_native_arming_gives_the_kernels_descriptors(tmp_path: Path) -> None
         watcher.close()
 
 
+def test_the_native_search_for_link_holders_says_what_python_says(tmp_path: Path) -> None:
+    """The folders holding a symbolic link on the way to a watched folder (store/watch.py
+    _link_holders), found in one native call: the same holders in the same order, for links at
+    any depth, a link to a link, parts shared with the folder before or not, '//' and a
+    trailing '/', the root, and folders that are not there."""
+    from abicache.store import watch
+
+    found = _helper(tmp_path / "tools")
+    real = tmp_path / "real" / "deep" / "er"
+    real.mkdir(parents=True)
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "hop").symlink_to(tmp_path / "via")
+    (tmp_path / "twice").symlink_to(tmp_path / "via")
+    folders = sorted({str(real), str(tmp_path / "via" / "deep"), str(tmp_path / "via" / "deep" / "er"),
+                      str(tmp_path / "real" / "hop" / "deep"), str(tmp_path / "twice" / "deep" / "er"),
+                      f"{tmp_path}/via//deep/", f"{tmp_path}//twice", "/", str(tmp_path / "gone" / "x"),
+                      str(tmp_path / "via")})
+    watch._holders.clear()
+    watch._links.clear()
+    python = [holder for folder in folders for holder in watch._link_holders(folder)]
+    assert found.holders(folders) == python
+    assert str(tmp_path) in python and str(tmp_path / "real") in python  # links were met
+    assert found.holders([]) == [] and found.holders([str(real)]) == []
+    assert found.holders(["/" + "x" * 5000]) is None  # too long for the kernel: Python answers
+
+
 def test_the_native_check_names_the_cxx_runtime_as_python_does(tmp_path: Path) -> None:
     """A c witness (the C++ runtime a C++ library's requirements were read from) is judged by
     the path the helper gets from the dynamic linker, as native/loaded.py gets it; a library

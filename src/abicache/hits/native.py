@@ -34,7 +34,7 @@ _loaded: dict[str, Any] = {}
 class Native:
     """witness.c's two calls (its comments say what each does)."""
 
-    __slots__ = ("_library", "_hold", "_arm", "_loaded", "_buffer", "_refused")
+    __slots__ = ("_library", "_hold", "_arm", "_holders", "_loaded", "_buffer", "_refused")
 
     def __init__(self, library: Any) -> None:
         import ctypes
@@ -44,6 +44,11 @@ class Native:
         self._hold.restype = self._arm.restype = ctypes.c_int
         self._hold.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
         self._arm.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
+        # a record names the library its writer built: one of an older witness.c has no holders
+        self._holders = getattr(library, "abicache_holders", None)
+        if self._holders is not None:
+            self._holders.restype = ctypes.c_long
+            self._holders.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long)
         self._loaded = library.abicache_loaded
         self._loaded.restype = ctypes.c_int
         self._loaded.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
@@ -81,6 +86,23 @@ class Native:
         except self._refused:
             return None
         return list(unpack(f"{n}i", wds.raw[:4 * n]))
+
+
+    def holders(self, folders: Sequence[str]) -> list[str] | None:
+        """store/watch.py _link_holders of each folder, one after another; None where the
+        library could not tell (watch.py asks Python then)."""
+        if self._holders is None:
+            return None
+        blob = b"".join(os.fsencode(folder) + b"\0" for folder in folders)
+        size = 2 * len(blob) + 4096  # a holder is a prefix of its folder: more only where most parts are links
+        out = self._buffer(size)
+        try:
+            used = self._holders(len(folders), blob, out, size)
+        except self._refused:
+            return None
+        if used < 0:
+            return None
+        return [os.fsdecode(holder) for holder in out.raw[:used].split(b"\0")[:-1]] if used else []
 
 
 def holder(path: str) -> Native | None:

@@ -56,7 +56,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay 
 if TYPE_CHECKING:
     from typing import Sequence
 
-    from ..store.watch import Batch, Watch
+    from ..store.watch import Watch
     from .native import Native
 
 #: the store's layout (store/layout.py LAYOUT_VERSION; tests/test_hits.py keeps them equal)
@@ -139,16 +139,16 @@ class Built:
         return self._items
 
 
-def _arm(plan: Sequence[tuple[str, int]], batch: Batch | None = None) -> Watch:
+def _arm(plan: Sequence[tuple[str, int]], native: Native | None = None) -> Watch:
     """A watch of what the build read, armed by the call a record serves, so that the
     process's next call asks it in microseconds (issue 49: arming it there cost the second
     call 1.4 ms); armed before any of its witnesses is checked, so nothing slips between.
     The record holds its plan (store/watch.py plan: which paths for what, made by the writer
-    from the witnesses, which say which files are links or have other names); batch:
-    native.py's arming, in one call."""
+    from the witnesses, which say which files are links or have other names); native:
+    native.py's arming, in one call, and its search for the folders holding links."""
     from ..store import watch
 
-    return watch.Watch((), (), None, batch, plan)
+    return watch.Watch((), (), None, native, plan)
 
 
 def _settled(watch: Watch, built: Built) -> Watch:
@@ -240,7 +240,7 @@ def _judge(data: bytes, real: str) -> Served | None:
         if not found.hold(kinds[:start], held[:cut], numbers[:stored_end]) or \
                 not _runtime(kinds[:start], paths, found) or _listing(os.listdir(folder)) != names:
             return None
-        watch = _arm(plan, found.arm)  # before what the build read is checked: nothing slips between
+        watch = _arm(plan, found)  # before what the build read is checked: nothing slips between
         if not found.hold(kinds[start:], held[cut:], built.numbers):  # checked once
             return None
     _touch(folder, float(touch))
