@@ -27,7 +27,7 @@ from stat import S_ISLNK
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Callable, Protocol, Sequence
+    from typing import Callable, Mapping, Protocol, Sequence
 
     class Native(Protocol):
         """hits/native.py Native's calls a watch makes where it is given one."""
@@ -295,7 +295,7 @@ class Watch:
 
     def __init__(self, paths: Sequence[str], folders: Sequence[str] = (),
                  behind: tuple[set[str], set[str]] | None = None, native: Native | None = None,
-                 planned: Sequence[tuple[str, int]] | None = None) -> None:
+                 planned: Mapping[str, int] | Sequence[tuple[str, int]] | None = None) -> None:
         """Watch paths (files) and the folders that hold them, and folders themselves (for
         entries created or removed in them); and, where a folder is reached through a
         symbolic link, the folder that holds the link (a link retargeted to another
