@@ -377,3 +377,19 @@ def test_stable_op_with_cuda_sources_builds_for_any_torch_flavor(monkeypatch: py
     no_gpu = Cache(tmp_path, facts=Facts().with_overrides({"gpu.arch": "none", "cuda.runtime": "13"}))
     assert at.build_inline("abicache_stable_cuda", [STABLE_CUDA_CPP], cuda_sources=[STABLE_CUDA_CU], stable=True,
                            cache=no_gpu).hit
+
+
+def test_a_load_given_paths_as_text_pictures_the_files_as_given_as_paths(tmp_path: Path) -> None:
+    """torch's load takes paths as text or as path objects: its in-process memo stats either
+    alike (no pathlib object made a repeated call: they were half of its 150 us), and an edit of
+    a source gives another picture, so the next call looks again."""
+    from abicache.cc import _fingerprint
+
+    source = tmp_path / "ext.cpp"
+    source.write_text("int f() { return 1; }\n")
+    as_text = _fingerprint([str(source)], files=True)
+    assert as_text == _fingerprint([source]) == _fingerprint([source], files=True)
+    assert _fingerprint([str(source)]) == (str(source),)  # without files=: text is code, as load_inline's
+    source.write_text("int f() { return 22; }\n")
+    assert _fingerprint([str(source)], files=True) != as_text
+    assert _fingerprint([str(tmp_path / "gone.cpp")], files=True) == ((str(tmp_path / "gone.cpp"), None),)

@@ -95,18 +95,24 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
         from .errors import UsageError
 
         raise UsageError("`is_python_module` and `is_standalone` are mutually exclusive.")
-    from pathlib import Path  # torch imports it anyway: a load needs torch
-
-    paths = [Path(item) for item in ([sources] if isinstance(sources, (str, os.PathLike)) else sources)]
+    listed = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     python_module = is_python_module and not stable and not is_standalone
     flags = (extra_cflags, extra_cuda_cflags, extra_sycl_cflags, extra_ldflags, extra_include_paths, with_sycl)
-    memo = ("torch-load", name, _fingerprint(paths), stable, target, python_module, is_standalone, with_cuda,
-            repr(flags), os.getcwd(), _where(cache), str(build_directory), keep_intermediates, use_pch)
-    build = lambda: _plans().build_load(name, sources, args)  # noqa: E731
+    memo = ("torch-load", name, _fingerprint(listed, files=True), stable, target, python_module, is_standalone,
+            with_cuda, repr(flags), os.getcwd(), _where(cache), str(build_directory), keep_intermediates, use_pch)
+    build = lambda: _plans().build_load(name, listed, args)  # noqa: E731
     if is_standalone:
         return _load_once(memo, build, lambda art: str(art.file()))
     return _load_once(memo, build, lambda art: _load(os.fspath(art.file()), name, stable, python_module),
-                      lambda: _served("torch.load", name, paths, args, stable, python_module))
+                      lambda: _served("torch.load", name, _paths(listed), args, stable, python_module))
+
+
+def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
+    """The sources as a record names them (paths, never code: hits/naming.py), made where the
+    memo does not answer."""
+    from pathlib import Path  # torch imports it anyway: a load needs torch
+
+    return [Path(item) for item in listed]
 
 
 def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], stable: bool,
