@@ -32,7 +32,7 @@ _loaded: dict[str, Any] = {}
 
 
 class Native:
-    """witness.c's two calls (its comments say what each does)."""
+    """witness.c's calls (its comments say what each does)."""
 
     __slots__ = ("_library", "_hold", "_arm", "_holders", "_loaded", "_buffer", "_refused")
 
@@ -86,7 +86,6 @@ class Native:
         except self._refused:
             return None
         return list(unpack(f"{n}i", wds.raw[:4 * n]))
-
 
     def holders(self, folders: Sequence[str]) -> list[str] | None:
         """store/watch.py _link_holders of each folder, one after another; None where the

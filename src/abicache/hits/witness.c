@@ -146,8 +146,8 @@ int abicache_arm(int fd, int n, const char *paths, const uint32_t *masks, int32_
    one after another): store/watch.py _link_holders' answers, in its order, with its rules (a
    folder's parts are what is left between '/'s once its first and last '/'s are taken off;
    each prefix a part ends is lstat'ed; where it is a link, the prefix before it, or "/", is a
-   holder). A part that ends the same bytes as one of the folder before is not asked again (a
-   record's folders are sorted and share most of their parts): ~70 lstats for a torch
+   holder). A prefix the folder before had too is not asked again (a record's folders are
+   sorted and share most of their parts): ~70 lstats for a torch
    extension's 47 folders, where Python's os.path.islink of each cost ~0.5 ms. Writes the
    holders NUL-terminated to out; returns how many bytes, or -1 where out (size bytes) is too
    small or a folder too long (watch.py asks Python then). */
