@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -268,6 +269,40 @@ def test_the_native_search_for_link_holders_says_what_python_says(tmp_path: Path
     assert str(tmp_path) in python and str(tmp_path / "real") in python  # links were met
     assert found.holders([]) == [] and found.holders([str(real)]) == []
     assert found.holders(["/" + "x" * 5000]) is None  # too long for the kernel: Python answers
+
+
+def test_the_native_abi_is_the_one_witness_c_says() -> None:
+    text = Path(native.SOURCE).read_text()
+    assert f"#define WITNESS_ABI {native.ABI}\n" in text
+
+
+def test_a_writer_that_built_nothing_names_an_older_library_whose_calls_mean_the_same(tmp_path: Path) -> None:
+    """After an upgrade that changed witness.c, a process that builds nothing finds no library
+    of this source (a hit spawns no compiler): it names one an older source built where its
+    calls mean the same (the ABI number), never one without the number or with another."""
+    tools = tmp_path / "tools"
+    _helper(tools)
+    current = Path(native.existing(str(tools)) or "")
+    assert current.is_file() and native.holder(str(current)).abi() == native.ABI  # type: ignore[union-attr]
+    machine = os.uname().machine
+    older = tools / f"witness-0000000000000000-{machine}"
+    older.mkdir(mode=0o755)
+    (older / native.LIBRARY).write_bytes(current.read_bytes())
+    os.chmod(older / native.LIBRARY, 0o555)
+    os.chmod(current, 0o755)
+    shutil.rmtree(current.parent)
+    assert native.existing(str(tools)) == str(older / native.LIBRARY)
+
+    shutil.rmtree(older)
+    other = tools / f"witness-ffffffffffffffff-{machine}"
+    other.mkdir(mode=0o755)
+    source = tmp_path / "other.c"
+    source.write_text(Path(native.SOURCE).read_text().replace("#define WITNESS_ABI ", "#define WITNESS_ABI 9"))
+    subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", str(other / native.LIBRARY), str(source)], check=True)
+    os.chmod(other / native.LIBRARY, 0o555)
+    assert native._load(str(other / native.LIBRARY)) is not None  # loadable, but its calls mean other things
+    assert native.existing(str(tools)) is None
+    assert native.holder(str(other / native.LIBRARY)) is None  # nor does a hit use one a record names
 
 
 def test_the_native_check_names_the_cxx_runtime_as_python_does(tmp_path: Path) -> None:

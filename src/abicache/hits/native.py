@@ -6,7 +6,8 @@ checks them at ~4 us each, 2.5 ms of a call whose floor (importing the .so by pa
 a few threads at once where there are many. It is built with the C compiler beside a build
 that made a large record (writer.py: a process that compiles anyway; a hit spawns nothing),
 under the store's tools/ as the observer and the launcher's front are, and its path is in
-the record. A hit loads it with ctypes only where it is a regular file of this user in a
+the record (where this source's is not built yet, one an older source built with the same ABI
+number: existing). A hit loads it with ctypes only where it is a regular file of this user in a
 folder of this user, neither writable by anyone else (loading it runs its code); anything
 else, and a record without one, is checked in Python (record.py _hold): the same verdicts,
 tests/test_torch_hits.py checks both on the same witnesses.
@@ -27,6 +28,8 @@ LIBRARY = "libabicache-witness.so"
 #: library (~0.2 ms) costs about what 150 witnesses save, and building it (~0.1 s, once a
 #: store) is paid beside builds that read this many files, not beside every small one
 WORTH = 200
+#: witness.c WITNESS_ABI: what its calls mean; a library an older source built serves while it is the same
+ABI = 1
 
 _loaded: dict[str, Any] = {}
 
@@ -87,6 +90,11 @@ class Native:
             return None
         return list(unpack(f"{n}i", wds.raw[:4 * n]))
 
+    def abi(self) -> int | None:
+        """witness.c WITNESS_ABI, or None for a library older than the number."""
+        call = getattr(self._library, "abicache_witness_abi", None)
+        return None if call is None else int(call())
+
     def holders(self, folders: Sequence[str]) -> list[str] | None:
         """store/watch.py _link_holders of each folder, one after another; None where the
         library could not tell (watch.py asks Python then)."""
@@ -108,7 +116,10 @@ def holder(path: str) -> Native | None:
     """witness.c's calls, loaded from path; None where it may not be loaded (module docstring)."""
     found = _loaded.get(path)
     if found is None:
-        found = _loaded[path] = _load(path) or False
+        found = _load(path)
+        if found is not None and found.abi() not in (None, ABI):  # None: older than the number, which began at 1
+            found = None  # a record of an abicache whose calls mean other things: checked in Python
+        found = _loaded[path] = found or False
     return found or None
 
 
@@ -139,9 +150,27 @@ def _target(tools: str) -> str | None:
 
 
 def existing(tools: str) -> str | None:
-    """The library under tools/, where one was built and may be loaded."""
+    """The library under tools/, where one was built and may be loaded; where this source's
+    was not built yet (an upgrade changed it, and no build has run in this store since: a hit
+    spawns no compiler), one an older source built whose calls mean the same (ABI; a call it
+    lacks is then made in Python), else None."""
     target = _target(tools)
-    return target if target is not None and _load(target) is not None else None
+    if target is None:
+        return None
+    if _load(target) is not None:
+        return target
+    machine = f"-{os.uname().machine}"
+    try:
+        folders = sorted((name for name in os.listdir(tools) if name.startswith("witness-") and name.endswith(machine)),
+                         reverse=True)
+    except OSError:
+        return None
+    for folder in folders:
+        path = os.path.join(tools, folder, LIBRARY)
+        found = _load(path)
+        if found is not None and found.abi() == ABI:
+            return path
+    return None
 
 
 def build(tools: str, compiler: str) -> str | None:

@@ -32,6 +32,15 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
+/* What its calls mean (hits/native.py ABI): bumped where one's meaning changes. A writer that
+   finds no library of this source (an upgrade changed it, and the process built nothing) names
+   one an older source built only where this number is the same. */
+#define WITNESS_ABI 1
+
+int abicache_witness_abi(void) {
+    return WITNESS_ABI;
+}
+
 static int same(const struct stat *st, const int64_t *w) {
     return (int64_t)st->st_ino == w[0] && (int64_t)st->st_size == w[1] &&
            (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == w[2] &&
