@@ -54,6 +54,30 @@ def test_load_inline_exports_the_functions_and_hits(tmp_path: Path) -> None:
     assert art.hit and f"tvm_ffi.version == {version}" in str(art.requirements)
 
 
+PLUS = r"""
+#include <tvm/ffi/function.h>
+int plus(int a) { return a + %d; }
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(plus, plus);
+"""
+
+
+def test_load_compiles_files_where_they_live_and_an_edit_is_seen_in_the_same_process(tmp_path: Path) -> None:
+    """tvm_ffi.cpp.load's files, given as text or paths: a repeated call is the in-process
+    memo's (the same module, no store resolved, no pathlib object made), and an edit of the
+    file is a new build in the same process."""
+    import abicache.tvm_ffi as at
+
+    source = tmp_path / "plus.cc"
+    source.write_text(PLUS % 1)
+    cache = Cache(tmp_path / "store")
+    first = at.load("abicache_plus", cpp_files=[str(source)], cache=cache)
+    assert first.plus(2) == 3
+    assert at.load("abicache_plus", cpp_files=[str(source)], cache=cache) is first
+    assert at.load("abicache_plus", cpp_files=str(source), cache=cache) is first  # one path, as tvm-ffi takes it
+    source.write_text(PLUS % 10)
+    assert at.load("abicache_plus", cpp_files=[source], cache=cache).plus(2) == 12
+
+
 def test_key_holds_tvm_ffis_version_and_no_venv_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tvm-ffi's own cache folder is keyed on the sources and flags only: an upgrade reused the old build."""
     import abicache.tvm_ffi as at
