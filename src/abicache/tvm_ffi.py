@@ -166,14 +166,17 @@ def load_inline(name: str, *, cpp_sources: Sequence[str] | str | None = None,
                 build_directory: str | None = None, embed_cubin: Mapping[str, bytes] | None = None,
                 keep_module_alive: bool = True, backend: str | None = None, cache: Cache | None = None) -> Any:
     """tvm_ffi.cpp.load_inline through the cache; returns what tvm_ffi.load_module returns."""
-    args = dict(cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions, extra_cflags=extra_cflags,
-                extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                extra_include_paths=extra_include_paths, build_directory=build_directory, embed_cubin=embed_cubin,
-                backend=backend, cache=cache)
+    # one repr of the rest in their order (sorting them cost ~20 us a call), the cubins' bytes
+    # as they are (a repr of each copied megabytes a call)
+    cubins = sorted((k, v if type(v) is bytes else bytes(v)) for k, v in embed_cubin.items()) if embed_cubin else ()
     memo = ("tvm_ffi", name, _fingerprint(cpp_sources or ()), _fingerprint(cuda_sources or ()),
-            repr(sorted((k, v) for k, v in args.items() if k not in ("cpp_sources", "cuda_sources", "cache"))),
-            keep_module_alive, _where(cache))
-    return _load_once(memo, lambda: build_inline(name, **args), lambda art: _load(art, keep_module_alive))
+            repr((functions, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, build_directory,
+                  backend)), tuple(cubins), keep_module_alive, _where(cache))
+    return _load_once(memo, lambda: build_inline(
+        name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions, extra_cflags=extra_cflags,
+        extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+        build_directory=build_directory, embed_cubin=embed_cubin, backend=backend, cache=cache),
+        lambda art: _load(art, keep_module_alive))
 
 
 def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Sequence[str] | str | None = None,
@@ -187,8 +190,8 @@ def load(name: str, *, sources: Sequence[str] | str | None = None, cpp_files: Se
         raise UsageError("give the source files as sources=, cpp_files= or cuda_files=")
     # the memo stats the files as given and names the store as written: no pathlib object and
     # no default store resolved a repeated call (281 us a call, 140 with a Cache given)
-    memo = ("tvm_ffi-load", name, _fingerprint(files, files=True), repr((extra_cflags, extra_cuda_cflags, extra_ldflags,
-                                                                         extra_include_paths, backend, build_directory)),
+    memo = ("tvm_ffi-load", name, _fingerprint(files, files=True),
+            repr((extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, backend, build_directory)),
             keep_module_alive, os.getcwd(), _where(cache))
 
     def build() -> Artifact:
