@@ -292,6 +292,12 @@ def test_a_writer_that_built_nothing_names_an_older_library_whose_calls_mean_the
     os.chmod(current, 0o755)
     shutil.rmtree(current.parent)
     assert native.existing(str(tools)) == str(older / native.LIBRARY)
+    if os.geteuid() == 0:  # another user's older library, the same bytes: never named
+        os.chown(older / native.LIBRARY, 65534, 65534)
+        assert native.existing(str(tools)) is None
+        os.chown(older / native.LIBRARY, 0, 0)
+        os.chmod(older / native.LIBRARY, 0o575)  # nor one its group may write
+        assert native.existing(str(tools)) is None
 
     shutil.rmtree(older)
     other = tools / f"witness-ffffffffffffffff-{machine}"
