@@ -335,6 +335,20 @@ def test_the_name_holds_the_call_the_store_and_the_environment(monkeypatch: pyte
     assert naming.call_of("cc.library", "x", [object()]) is None  # not a source a record can name
 
 
+def test_the_name_is_the_same_with_hashlib_loaded_or_not() -> None:
+    """A process that imported hashlib (torch does) names a record with it, one that did not
+    with values/digest.py's choice: the same name, so the one's record serves the other."""
+    code = ("import sys{first}\nfrom abicache.hits import naming\n"
+            "print('hashlib' in sys.modules, naming.name(b'the call', '/s'))")
+    names = {}
+    for first in ("", "; import hashlib"):
+        out = run_py(code.format(first=first), env={"ABICACHE_TEST_SAME": "1"})
+        assert out.returncode == 0, out.stderr
+        loaded, named = out.stdout.split()
+        names[loaded] = named
+    assert set(names) == {"True", "False"} and names["True"] == names["False"], names
+
+
 def test_a_damaged_record_serves_nothing(root: Path) -> None:
     built = _built(root)
     for r in Path(record.folder(os.path.realpath(built))).iterdir():

@@ -120,3 +120,12 @@ def test_the_top_holds_only_what_users_import() -> None:
     assert top - PUBLIC - INNER == set(), "a new top-level module: public (PUBLIC) or in a folder (INNER)?"
     assert {p.stem for p in PACKAGE.glob("*.py")} <= PUBLIC, "an inner module at the top: move it into its folder"
     assert INNER <= top, "an inner folder named here is gone: update INNER and ARCHITECTURE.md"
+
+
+def test_the_version_is_the_one_pyproject_says() -> None:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    with open(REPO / "pyproject.toml", "rb") as f:
+        assert abicache.__version__ == tomllib.load(f)["project"]["version"]

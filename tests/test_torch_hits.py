@@ -197,6 +197,44 @@ def test_the_native_check_says_what_python_says(tmp_path: Path, change: str) -> 
     assert python == native_verdict == (change == "none")
 
 
+@pytest.mark.parametrize("change", ["none", "a file in the linked folder edited", "the folder link retargeted",
+                                    "the folder moved and another put in its place"])
+def test_the_native_check_walks_each_path_as_python_does(tmp_path: Path, change: str) -> None:
+    """The same verdicts as Python's for paths through a folder that is a link, with '//', '.'
+    and '..' or a trailing '/', the root's own names, a folder that is a file or not there; and
+    for the link retargeted or the folder replaced between two checks (each check walks the
+    paths again)."""
+    found = _helper(tmp_path / "tools")
+    real, other = tmp_path / "real", tmp_path / "other"
+    for folder in (real, other):
+        (folder / "sub").mkdir(parents=True)
+        for name in ("a.h", "b.h"):
+            (folder / name).write_text(folder.name)
+    (tmp_path / "via").symlink_to(real)
+    (tmp_path / "plain").write_text("")
+    via = f"{tmp_path}/via"
+    witnesses = [_witness("f", Path(f"{via}/a.h")), _witness("f", Path(f"{via}//b.h")),
+                 _witness("d", Path(f"{via}/sub/")), _witness("d", Path(f"{via}/sub/..")),
+                 _witness("f", Path(f"{via}/./a.h")), _witness("d", Path("/")), _witness("s", Path("/tmp")),
+                 _witness("a", Path("/abicache-no-such-name")), _witness("a", tmp_path / "plain" / "x.h"),
+                 _witness("m", tmp_path / "gone" / "x.h"), _witness("k", tmp_path / "via")]
+    assert _both(found, witnesses) == (True, True)
+    time.sleep(0.02)
+    if change == "a file in the linked folder edited":
+        (real / "b.h").write_text("edited")
+    elif change == "the folder link retargeted":
+        (tmp_path / "via").unlink()
+        (tmp_path / "via").symlink_to(other)
+    elif change == "the folder moved and another put in its place":
+        real.rename(tmp_path / "moved")
+        other.rename(real)
+    assert _both(found, witnesses) == (change == "none",) * 2
+    time.sleep(0.02)
+    # what the names reach now: witnesses taken now hold
+    again = [_witness("f", Path(f"{via}/a.h")), _witness("f", Path(f"{via}//b.h"))]
+    assert _both(found, again) == (True, True)
+
+
 @pytest.mark.parametrize("changed", [None, 0, 1, 299, 300, 301, 599, 899, 1199])
 def test_many_witnesses_checked_on_several_threads_name_the_first_that_moved(tmp_path: Path,
                                                                               changed: int | None) -> None:

@@ -14,7 +14,6 @@ import os
 import sys
 
 from .._version import __version__
-from ..values.digest import sha256_hex
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -110,7 +109,17 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
     except (ValueError, OSError):
         libc = ""
     where = "\0".join((who, sys.executable, sys.version, str(sys.implementation.cache_tag), " ".join(uname), libc))
-    return sha256_hex(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
-                                    where.encode("utf-8", "surrogateescape"), env)))
+    return _sha256_hex(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
+                                     where.encode("utf-8", "surrogateescape"), env)))
 
 
+def _sha256_hex(data: bytes) -> str:
+    """values/digest.py's sha256_hex; where hashlib is loaded already (torch imports it), taken
+    from it without importing digest.py and its package: two modules, ~0.3 ms of a torch
+    extension's hit after `import torch`. The same digest either way."""
+    hashlib = sys.modules.get("hashlib")
+    if hashlib is not None:
+        return hashlib.sha256(data).hexdigest()
+    from ..values.digest import sha256_hex
+
+    return sha256_hex(data)
