@@ -248,6 +248,77 @@ def test_the_watch_sees_each_kind_of_edit_with_few_or_many_files_in_a_folder(tmp
     assert not w.unchanged()
 
 
+UNWRITABLE = """
+import atexit, json, os, shutil, sys, tempfile, traceback
+from abicache.store import inotify, watch  # imported before the drop: nobody may not read this Python's files
+base = tempfile.mkdtemp(prefix="abicache-watch-")
+os.chmod(base, 0o755)  # a user dropped to below can reach it
+system, mine = os.path.join(base, "system"), os.path.join(base, "mine")
+files = {}
+for folder in (system, mine):
+    os.mkdir(folder)
+    files[folder] = [os.path.join(folder, f"h{i}.h") for i in range(3)]
+    for f in files[folder]:
+        open(f, "w").write("1")
+os.chmod(system, 0o555)
+os.chmod(mine, 0o777)
+told, tell = os.pipe()
+edited, edit = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(told)
+    os.close(edit)
+    try:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)  # nobody: root may write anywhere
+        plan = dict(watch.plan(files[system] + files[mine]))
+        watched = watch.Watch(files[system])
+        os.write(tell, json.dumps({"plan": plan, "armed": watched.marks is not None,
+                                   "unchanged": watched.unchanged()}).encode())
+        os.read(edited, 1)
+        os.write(tell, b"seen" if not watched.unchanged() else b"missed")
+    except BaseException:
+        os.write(tell, traceback.format_exc().encode())
+    os._exit(0)
+os.close(tell)
+os.close(edited)
+try:
+    said = os.read(told, 1 << 20)
+    first = json.loads(said) if said.startswith(b"{") else sys.exit(said.decode())
+    with open(files[system][1], "a") as fh:
+        fh.write("2")
+    os.write(edit, b"x")
+    after = os.read(told, 1 << 16).decode()
+finally:
+    os.waitpid(pid, 0)
+    os.chmod(system, 0o755)
+    shutil.rmtree(base)
+print(json.dumps({"system": first["plan"].get(system), "system_files": [first["plan"].get(f) for f in files[system]],
+                  "mine": first["plan"].get(mine), "mine_files": [first["plan"].get(f) for f in files[mine]],
+                  "masks": watch.masks(), "armed": first["armed"], "unchanged": first["unchanged"], "after": after}))
+"""
+
+
+def test_a_folder_this_process_may_not_write_is_watched_as_a_whole(tmp_path: Path) -> None:
+    """The system's folders (the headers a build read, the compiler's) change when someone
+    upgrades them, not while the user works beside them: one watch for all their files (a torch
+    extension's record: 51 watches, not 209). A folder the user may write keeps a watch a file.
+    An edit in the folder watched whole is seen. As root, the trial drops to nobody (root may
+    write anywhere); it runs in a process of its own (a pytest worker has threads: no fork)."""
+    if sys.platform != "linux":
+        pytest.skip("inotify is Linux's")
+    from conftest import run_py
+
+    out = run_py(UNWRITABLE)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    file_mask, names_mask, all_mask = got["masks"]
+    assert got["system"] == all_mask and got["system_files"] == [None] * 3, got
+    assert got["mine"] == names_mask and got["mine_files"] == [file_mask] * 3, got
+    assert got["armed"] and got["unchanged"] and got["after"] == "seen", got
+
+
 FORKED = """
 import os, sys
 from abicache.store import watch
