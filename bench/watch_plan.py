@@ -52,6 +52,8 @@ def as_nobody(files: list[str]) -> dict[str, int]:
             os.setgid(65534)
             os.setuid(65534)
             os.write(write, json.dumps(watch.plan(files)).encode())
+        except OSError as e:
+            os.write(write, json.dumps(f"could not plan as nobody: {e}").encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -59,7 +61,10 @@ def as_nobody(files: list[str]) -> dict[str, int]:
     while chunk := os.read(read, 1 << 20):
         chunks.append(chunk)
     os.waitpid(pid, 0)
-    return dict(json.loads(b"".join(chunks)))
+    said = json.loads(b"".join(chunks))
+    if isinstance(said, str):
+        sys.exit(f"watch_plan: {said}")
+    return dict(said)
 
 
 def arm_ms(found: native.Native, plan: dict[str, int]) -> float:

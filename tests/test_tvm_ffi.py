@@ -177,6 +177,13 @@ def test_embed_cubin_links_the_bytes_in_and_keys_on_them(tmp_path: Path) -> None
     other = at.build_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
                             embed_cubin={"kernels": blob + b"!"}, cache=cache)
     assert again.hit and not other.hit and other.key != again.key
+    # the in-process memo holds the cubins' bytes: the same bytes (a bytearray too) the same module,
+    # other bytes in the same process the other build's
+    same = at.load_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
+                          embed_cubin={"kernels": bytearray(blob)}, cache=cache)
+    longer = at.load_inline("abicache_embed", cpp_sources=BLOB_READER, functions=["blob_size", "blob_byte"],
+                            embed_cubin={"kernels": blob + b"!"}, cache=cache)
+    assert same is mod and longer is not mod and longer.blob_size() == len(blob) + 1
     assert (again.path / "kernels.cubin").read_bytes() == blob  # kept beside the module, as tvm-ffi keeps it
     with pytest.raises(UsageError, match="C symbol"):
         at.build_inline("abicache_embed", cpp_sources=BLOB_READER, embed_cubin={"my-kernels": blob}, cache=cache)
