@@ -239,6 +239,35 @@ def test_a_served_call_arms_the_watch_the_next_call_asks(root: Path, tmp_path: P
     assert cc.load_library("answer", sources, cache=Cache(root)).answer() == 8  # type: ignore[attr-defined]
 
 
+def test_the_served_call_asks_its_watch_once_and_a_change_it_saw_is_the_next_calls(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served call asks the watch it armed once, after the load (its first ask's cold
+    costs are not the second call's); an edit that ask, or any early one, drained is still
+    the next call's miss. A watch without inotify is not asked: that would make its
+    witnesses' stat fallback, whose tuples set off a collection after `import torch`."""
+    from abicache.store import watch
+
+    project, sources = _header_project(root, tmp_path)
+    _recorded(root, sources)
+    asked: list[bool] = []
+    real_unchanged = watch.Watch.unchanged
+    monkeypatch.setattr(watch.Watch, "unchanged", lambda self: asked.append(real_unchanged(self)) or asked[-1])
+    served, lib = _load(root, sources)
+    assert served and asked == [True]
+    held = next(v for k, v in cc._loaded.items() if k[1] == "answer")[0]
+    (project / "answer.h").write_text("#define ANSWER 8\n")
+    held.warm()
+    assert asked[-1] is False  # the ask saw the edit (and drained its event) ...
+    assert cc.load_library("answer", sources, cache=Cache(root)).answer() == 8  # type: ignore[attr-defined]
+    _built(root)  # ... and the next call did too; now a library of no header
+    monkeypatch.setattr(watch, "_shared", lambda: None)  # no inotify instance to be had
+    asked.clear()
+    served, lib = _load(root)
+    held = next(v for k, v in cc._loaded.items() if k[1] == "answer")[0]
+    assert served and lib.answer() == 7 and asked == []  # type: ignore[attr-defined]
+    assert held._watch.marks is None and held._watch.files is None  # no fallback made for it
+
+
 def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need("c++")
     monkeypatch.setenv("ABICACHE_VERIFY_AGE", "3")

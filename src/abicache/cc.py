@@ -192,6 +192,7 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
     except OSError:
         return None  # removed between the check and the load (gc): the full lookup
     tally.count(served.root, served.seconds, served.path)
+    served.warm()  # after the load, whose bytes pushed the watch's code out of the caches
     return served, loaded
 
 

@@ -106,6 +106,15 @@ class Served:
         self._cwd = _cwd()
         self._watch = watch
 
+    def warm(self) -> None:
+        """Ask the watch once, as the process's next call will: the first ask's own costs
+        (ctypes' first ioctl, its code run cold) fall on the call the record served, which
+        costs milliseconds, not on the next one (issue 49: 10-20 us of the second call's ~50).
+        Its verdict is the next call's to act on; a watch that fell back to stats (no inotify)
+        is not asked: making its witnesses' tuples after `import torch` sets off a collection."""
+        if self._watch is not None and self._watch.marks is not None:
+            self._watch.unchanged()
+
     def current(self) -> bool:
         """What an entry's in-process memo asks (core/artifact.py Artifact.current): whether
         the files its build read still hold, microseconds once asked (store/watch.py); and
