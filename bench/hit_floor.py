@@ -80,6 +80,17 @@ from abicache import Cache
 cache = Cache({store!r})
 call = lambda: at.load_inline("floorext", "int answer() {{ return 7; }}", functions=["answer"], cache=cache)
 """),
+    # A process whose environment no record names yet (a new variable: the first process after
+    # a change): its first call takes the full lookup, which writes the record its second call
+    # then stands on (cc.py _recorded).
+    "a torch extension, its first call the full lookup": (True, """
+import os, torch
+import abicache.torch as at
+from abicache import Cache
+os.environ["ABICACHE_BENCH_RUN"] = str(time.time_ns())
+cache = Cache({store!r})
+call = lambda: at.load_inline("floorext", "int answer() {{ return 7; }}", functions=["answer"], cache=cache)
+"""),
 }
 TIMED = """
 import json, sys, time

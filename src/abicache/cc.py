@@ -82,8 +82,8 @@ def load_library(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: ctypes.CDLL(str(art.file())),
-        lambda: _serve(_call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags), cache,
-                       ctypes.CDLL),
+        lambda fresh=True: _serve(_call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags),
+                                  cache, ctypes.CDLL, fresh),
     )
 
 
@@ -128,8 +128,8 @@ def load_module(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: _import(name, os.fspath(art.file())),
-        lambda: _serve(_call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags),
-                       cache, lambda path: _import(name, path)),
+        lambda fresh=True: _serve(_call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags,
+                                        ldflags=ldflags), cache, lambda path: _import(name, path), fresh),
     )
 
 
@@ -177,8 +177,11 @@ def _run(plan: Plan, cache: Cache | None, call: bytes | None, named: Mapping[str
     return art
 
 
-def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) -> tuple[Served, Any] | None:
-    """(the record that served the call, what load made of its file), or None: the full lookup."""
+def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any],
+           fresh: bool = True) -> tuple[Served, Any] | None:
+    """(the record that served the call, what load made of its file), or None: the full lookup.
+    fresh=False: the record alone, checked and its watch armed, its file not loaded (nor the
+    hit counted): what the process loaded in its first call stands on it (_load_once)."""
     root = _record_root(cache) if call is not None else None
     if root is None:
         return None
@@ -187,6 +190,8 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
     served = record.serve(call, root)  # type: ignore[arg-type]
     if served is None:
         return None
+    if not fresh:
+        return served, None
     try:
         loaded = load(served.file)
     except OSError:
@@ -194,6 +199,20 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any]) 
     tally.count(served.root, served.seconds, served.path)
     served.warm()  # after the load, whose bytes pushed the watch's code out of the caches
     return served, loaded
+
+
+def _recorded(memo: tuple[Any, ...], held: tuple[Any, Any, Any], serve: Callable[..., Any]) -> bool:
+    """The second call of a process whose first took the full lookup (no record held then):
+    the record that lookup wrote, if it holds and names the entry loaded, stands for it, checked
+    and its watch armed in one native call each, as a served call's are (issue 49: asking the
+    full lookup's own witnesses in Python cost this call 2 ms for a C library, 10 ms for a
+    torch extension). Asked once: otherwise the full lookup's witnesses answer, as before."""
+    got = serve(False)
+    if got is None or got[0].path != os.path.realpath(held[0].path):
+        return False  # none written (a build's witnesses too young: at exit), or another entry's
+    got[0].warm()
+    _loaded[memo] = (got[0], held[1], held[2])
+    return True
 
 
 def _where(cache: Cache | None) -> Any:
@@ -235,19 +254,23 @@ def _fingerprint(sources: Sequence[Source] | Source, files: bool = False) -> Any
 
 
 def _load_once(memo: tuple[Any, ...], get: Callable[[], Artifact], load: Callable[[Artifact], Any],
-               serve: Callable[[], tuple[Served, Any] | None] | None = None) -> Any:
+               serve: Callable[..., tuple[Served, Any] | None] | None = None) -> Any:
     """Load an artifact once per process, and again when a header it was
     compiled from changed (a notebook editing a header and loading again gets
     the new code). gc may remove the entry between lookup and load: then look
     it up (or build it) once more. serve: the first call's hit record (hits/), if
-    one serves it. A memo entry holds the environment it was made in and serves no call
+    one serves it (serve(False): the record alone, see _recorded). A memo entry holds the
+    environment it was made in and serves no call
     after any variable changed: the compilers, $CC, the steering variables and every
     variable a compiler reads are in it (never looser than the key; a hit record's name
     holds the whole environment too: hits/naming.py); one comparison of os.environ's
     table, where picking the steering variables out of it cost each call 2.7 us."""
     held = _loaded.get(memo)
-    if held is not None and held[2] == _ENVIRON and held[0].current():
-        return held[1]
+    if held is not None and held[2] == _ENVIRON:
+        if serve is not None and held[0].unasked() and _recorded(memo, held, serve):
+            return held[1]
+        if held[0].current():
+            return held[1]
     if held is None and serve is not None:
         got = serve()
         if got is not None:

@@ -73,7 +73,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
     python_module = is_python_module and not stable
     return _load_once(memo, lambda: _plans().build_inline(name, cpp_sources, **args()),
                       lambda art: _load(os.fspath(art.file()), name, stable, python_module),
-                      lambda: _served("torch.inline", name, cpp_sources, args(), stable, python_module))
+                      lambda fresh=True: _served("torch.inline", name, cpp_sources, args(), stable, python_module,
+                                                 fresh))
 
 
 def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
@@ -104,7 +105,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     if is_standalone:
         return _load_once(memo, build, lambda art: str(art.file()))
     return _load_once(memo, build, lambda art: _load(os.fspath(art.file()), name, stable, python_module),
-                      lambda: _served("torch.load", name, _paths(listed), args, stable, python_module))
+                      lambda fresh=True: _served("torch.load", name, _paths(listed), args, stable, python_module, fresh))
 
 
 def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
@@ -116,7 +117,7 @@ def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
 
 
 def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], stable: bool,
-            python_module: bool) -> Any:
+            python_module: bool, fresh: bool = True) -> Any:
     """The call served by its hit record (frontends/torch_hits.py), or None: the full lookup.
     torch is imported first: the record names the torch this process runs, and loading the
     extension needs it anyway."""
@@ -129,7 +130,7 @@ def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], sta
     called = torch_hits.call(frontend, name, sources, args)
     if called is None:
         return None
-    return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module))
+    return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh)
 
 
 def _plans() -> Any:

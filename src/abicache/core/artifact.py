@@ -60,6 +60,11 @@ class Artifact:
         the bytes it was built from; microseconds once asked (store/watch.py)."""
         return not self.manifest.recorded or (self.watch is not None and self.watch())
 
+    def unasked(self) -> bool:
+        """Whether its dependencies' watch was never asked (cc.py _recorded: the second call
+        of a process whose first took the full lookup)."""
+        return self.watch is not None and not self.watch.asked
+
     def file(self, name: str | None = None) -> Path:
         """The path of one file; without a name, the only file (or an error)."""
         if name is None:

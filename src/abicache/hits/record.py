@@ -115,6 +115,10 @@ class Served:
         if self._watch is not None and self._watch.marks is not None:
             self._watch.unchanged()
 
+    def unasked(self) -> bool:
+        """As Artifact.unasked: a served call armed its watch, asked once (warm)."""
+        return False
+
     def current(self) -> bool:
         """What an entry's in-process memo asks (core/artifact.py Artifact.current): whether
         the files its build read still hold, microseconds once asked (store/watch.py); and

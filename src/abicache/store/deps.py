@@ -365,7 +365,7 @@ class Current:
     and arms a Watch; later calls ask the Watch, and check again only when it
     saw something (a touch is not a change: still current)."""
 
-    __slots__ = ("deps", "bases", "watch", "absent", "env", "system", "names", "values", "recall")
+    __slots__ = ("deps", "bases", "watch", "absent", "env", "system", "names", "values", "recall", "asked")
 
     def __init__(self, deps: Sequence[Dependency], bases: Mapping[str, str], absent: Sequence[Absent] = (),
                  env: Sequence[tuple[str, str]] = (), system: Sequence[System] = (),
@@ -379,11 +379,13 @@ class Current:
         # the variables' raw values when last found current: compared as they are, not hashed again
         self.names = tuple(map(os.environ.encodekey, (name for name, _ in env)))  # type: ignore[attr-defined]
         self.values: tuple[object, ...] | None = None
+        self.asked = False  # by a call, or by cc.py _recorded in its place
 
     def _values(self) -> tuple[object, ...]:
         return tuple(map(os.environ._data.get, self.names))  # type: ignore[attr-defined]
 
     def __call__(self) -> bool:
+        self.asked = True
         if self.watch is not None and self.watch.unchanged() and (not self.names or self._values() == self.values):
             return True
         values = self._values()
