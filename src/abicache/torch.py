@@ -105,7 +105,8 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     if is_standalone:
         return _load_once(memo, build, lambda art: str(art.file()))
     return _load_once(memo, build, lambda art: _load(os.fspath(art.file()), name, stable, python_module),
-                      lambda fresh=True: _served("torch.load", name, _paths(listed), args, stable, python_module, fresh))
+                      lambda fresh=True: _served("torch.load", name, _paths(listed), args, stable, python_module,
+                                                 fresh))
 
 
 def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
