@@ -301,6 +301,42 @@ def test_the_second_call_after_a_full_lookup_stands_on_the_record_it_wrote(
     assert cc.load_library("answer", sources, cache=Cache(root)).answer() == 8  # type: ignore[attr-defined]
 
 
+AT_EXIT = """
+import atexit, pathlib, sys
+from abicache import Cache, cc
+project, root = pathlib.Path(sys.argv[1]), sys.argv[2]
+sources = [project / "answer.cpp"]
+def later():  # registered before abicache's own: run after it closed its watch
+    print("before", cc.load_library("answer", sources, cache=Cache(root)).answer())
+    (project / "answer.h").write_text("#define ANSWER 8\\n")
+    print("after", cc.load_library("answer", sources, cache=Cache(root)).answer())
+if sys.argv[3] == "exit":
+    atexit.register(later)
+print("first", cc.load_library("answer", sources, cache=Cache(root)).answer())
+print(type(next(iter(cc._loaded.values()))[0]).__name__)
+"""
+
+
+def test_a_call_after_the_watch_closed_at_exit_is_still_answered(root: Path, tmp_path: Path) -> None:
+    """abicache closes its watch when the interpreter exits (on a thread of its own, so that
+    the kernel's wait for the watches to go overlaps the interpreter's own shutdown: ~12 ms
+    of a served process's wall time); an exit handler registered before it runs after it, and
+    a call there is answered by stat, an edit seen, never an error on the closed descriptor."""
+    import subprocess
+
+    project, _ = _header_project(root, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(cc.__file__).parents[1])}  # one environment: one record
+    run = lambda mode: subprocess.run([sys.executable, "-c", AT_EXIT, str(project), str(root), mode],  # noqa: E731
+                                      capture_output=True, text=True, env=env, timeout=300)
+    for _ in range(20):  # until a record serves the first call (a build's is written at its exit)
+        if run("prime").stdout.split()[-1:] == ["Served"]:
+            break
+        time.sleep(0.05)
+    done = run("exit")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.split() == ["first", "7", "Served", "before", "7", "after", "8"]
+
+
 def test_a_record_expires_with_the_verify_age(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need("c++")
     monkeypatch.setenv("ABICACHE_VERIFY_AGE", "3")

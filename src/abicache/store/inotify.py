@@ -83,6 +83,11 @@ class Inotify:
                 offset += _EVENT.size + length
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd = self.detach()
+        if fd >= 0:
+            os.close(fd)
+
+    def detach(self) -> int:
+        """The descriptor, which this object no longer uses nor closes (-1: closed already)."""
+        fd, self.fd = self.fd, -1
+        return fd

@@ -22,7 +22,7 @@ witness younger than a clock tick can tell apart.
 
 from __future__ import annotations
 
-from _thread import allocate_lock  # threading.Lock itself, without importing threading on a hit
+from _thread import allocate_lock, start_new_thread  # threading's own, without importing threading on a hit
 import os
 from stat import S_ISLNK
 
@@ -65,7 +65,7 @@ class _Events:
         self._inotify = inotify.Inotify()
         import atexit
 
-        atexit.register(self.close)
+        atexit.register(_close_at_exit)
         self.file_mask, self.names_mask, self.all_mask = masks()
         self._add_mask = inotify.IN_MASK_ADD  # a second Watch's mask adds to the first's
         self._overflow, self._ignored = inotify.IN_Q_OVERFLOW, inotify.IN_IGNORED
@@ -110,6 +110,10 @@ class _Events:
     def close(self) -> None:
         self._inotify.close()
 
+    def detach(self) -> int:
+        """The instance's descriptor, no longer this object's to use (-1: closed already)."""
+        return self._inotify.detach()
+
     def drain(self) -> None:
         for event_wd, mask in self._inotify.read():
             self.seen += 1
@@ -140,6 +144,29 @@ def _forget_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _close_at_exit() -> None:
+    """The instance closed when the interpreter exits, on a thread of its own: closing an
+    inotify instance that holds watches waits for the kernel to let them go (an RCU grace
+    period: 5-15 ms in half of the processes a record served here, in wall time), and so does
+    the process's exit where it is left open. On a thread, that wait overlaps the interpreter's
+    own shutdown (~14 ms after a hit's last line). A call made after it (an exit handler
+    registered before abicache's runs after it) finds no instance: its Watches fall back to
+    stat, and new ones to the full check (unchanged, _shared)."""
+    global _events
+    events = _events
+    if events is None:
+        return
+    with events.lock:
+        _events = None  # _tried stays: no new instance at exit
+        fd = events.detach()
+    if fd < 0:
+        return
+    try:
+        start_new_thread(os.close, (fd,))
+    except RuntimeError:  # no thread to be had: the wait is the exit's
+        os.close(fd)
 
 
 def _shared() -> _Events | None:
@@ -332,6 +359,8 @@ class Watch:
         else:
             wanted = _holders_added(dict(planned), events.file_mask, events.names_mask, native)
         with events.lock:
+            if events is not _events:  # closed at exit while this waited for it: stat instead
+                return
             events.drain()
             order = sorted(wanted)
             wds = events.arm_all(order, [wanted[path] for path in order], native)
@@ -355,11 +384,12 @@ class Watch:
         events = _events
         if self.marks is not None and events is not None and events is self.owner:  # not a forked parent's
             with events.lock:
-                events.drain()
-                if events.seen == self.seen:
-                    return True
-                generation = events.generation
-                return all(generation.get(wd) == g for wd, g in zip(*self.marks))
+                if events is _events:  # not closed at exit while this waited for it
+                    events.drain()
+                    if events.seen == self.seen:
+                        return True
+                    generation = events.generation
+                    return all(generation.get(wd) == g for wd, g in zip(*self.marks))
         if self.files is None and self._later is not None:
             self.files = self._later()
         if self.files is None:
