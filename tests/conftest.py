@@ -24,6 +24,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test touches the user's cache, and progress lines stay off."""
     monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "default-root"))
     monkeypatch.setenv("ABICACHE_PROGRESS", "0")
+    # a keeper outlives the test that started it (hits/keeper.py): tests/test_keeper.py starts its own
+    monkeypatch.setenv("ABICACHE_KEEPER", "0")
     monkeypatch.delenv("ABICACHE_EXPLAIN", raising=False)
     monkeypatch.delenv("ABICACHE_SHARED", raising=False)
     for name in ("ABICACHE_REMOTE", "ABICACHE_REMOTE_MODE", "ABICACHE_REMOTE_TIMEOUT", "ABICACHE_REMOTE_LEASE",

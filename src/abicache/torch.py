@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from .cc import _fingerprint, _load_once, _serve, _where
+from .cc import _fingerprint, _load_once, _record_root, _serve, _where
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -126,12 +126,20 @@ def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], sta
         import torch  # noqa: F401
     except ImportError:
         return None  # the full lookup says that torch is missing
-    from .frontends import torch_hits
+    from .hits import vouch
 
-    called = torch_hits.call(frontend, name, sources, args)
-    if called is None:
-        return None
-    return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh)
+    root = _record_root(args["cache"]) if fresh else None
+    if root is not None:
+        vouch.reach(root)  # the store's keeper wakes while the call is named and its record read
+    try:
+        from .frontends import torch_hits
+
+        called = torch_hits.call(frontend, name, sources, args)
+        if called is None:
+            return None
+        return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh)
+    finally:
+        vouch.leave()
 
 
 def _plans() -> Any:

@@ -16,7 +16,7 @@ __all__ = ["main"]
 #: every command, as main.build_parser adds them (tests/test_cli.py compares): main() makes the
 #: parser of the one it runs
 COMMANDS = ("env", "ls", "show", "explain", "gc", "check", "verify", "stats", "audit", "doctor", "demo",
-            "launcher", "bundle", "stub", "push", "pull", "remote", "config", "keys")
+            "launcher", "keeper", "bundle", "stub", "push", "pull", "remote", "config", "keys")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -504,6 +504,32 @@ def cmd_launcher(args: argparse.Namespace) -> int:
     return 0 if program else 1
 
 
+def cmd_keeper(args: argparse.Namespace) -> int:
+    """Whether the store's keeper runs (status), or start or stop it; 1 where start left none
+    running, or stop one."""
+    import os
+
+    from ..hits import keeper
+
+    root = os.path.realpath(_cache(args).store.root)
+    if args.action == "stop":
+        keeper.stop(root)
+    elif args.action == "start":
+        keeper.start(root, idle=keeper.idle_setting() or keeper.IDLE_SECONDS)
+        keeper.wait_for(root)
+    told = keeper.status(root)
+    if args.json:
+        render.emit_json({"root": root, "running": told is not None, **(told or {})})
+    elif told is None:
+        print(f"no keeper runs for {root}")
+    else:
+        print(f"keeper {told['pid']} for {root}: {told['records']} records held, "
+              f"exits after {told.get('idle', 0):.0f} s without a question")
+    if args.action == "status":
+        return 0
+    return 0 if (told is None) == (args.action == "stop") else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 

@@ -1,5 +1,5 @@
 """The `abicache` commands: env, ls, show, explain, gc, check, verify, stats, audit, doctor, stub,
-push, pull, remote, keys, demo, launcher (a compile, `abicache g++ ...`, never comes here:
+push, pull, remote, keys, demo, launcher, keeper (a compile, `abicache g++ ...`, never comes here:
 cli/__init__.py hands it to the launcher).
 
 Exit codes: 0 success; 1 the command found a problem (verify found damage,
@@ -102,6 +102,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--links", action="store_true",
                    help="print the folder of links named after compilers (g++, gcc, nvcc, ...) instead: first on "
                         "PATH, or as CXX=FOLDER/g++, each is that compiler's launcher (as /usr/lib/ccache)")
+    p = add.add_parser("keeper", parents=[common],
+                       help="the store's keeper: whether one runs, start or stop it",
+                       description="The store's keeper is a process of yours that watches the files large hit "
+                                   "records depend on (a torch extension's ~600 headers), so that a fresh process's "
+                                   "hit asks it once instead of checking them all. A full lookup that writes such a "
+                                   "record starts one; it exits after ABICACHE_KEEPER seconds without a question "
+                                   "(docs/concepts.md).")
+    p.add_argument("action", nargs="?", choices=["status", "start", "stop"], default="status")
     p = add.add_parser("bundle", parents=[common],
                        help="copy every variant of the named entries into a read-only store folder or a wheel "
                             "that registers it (ship prebuilt kernels)",
@@ -166,6 +174,7 @@ EXAMPLES = {
     "doctor": "abicache doctor ~/.cache/torch_extensions",
     "demo": "abicache demo --root /tmp/abicache-demo",
     "launcher": 'cmake -B build -DCMAKE_CXX_COMPILER_LAUNCHER="$(abicache launcher)"',
+    "keeper": "abicache keeper --json  (abicache keeper stop: every process then checks its records itself)",
     "stub": "abicache stub cudart --functions cudaMalloc,cudaFree --out stubs/",
     "push": "abicache push --kind cc.library --remote s3://bucket/abicache?endpoint=http://minio:9000",
     "pull": "abicache pull -j 16",

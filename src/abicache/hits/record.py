@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from ..store.watch import Watch
     from .native import Native
+    from .vouch import Vouched
 
 #: the store's layout (store/layout.py LAYOUT_VERSION; tests/test_hits.py keeps them equal)
 LAYOUT = "v3"
@@ -96,13 +97,12 @@ class Served:
     """A record that held: the file to load, and whether it still holds later in this
     process (the in-process memo asks, as it asks an Artifact: current())."""
 
-    __slots__ = ("file", "path", "root", "seconds", "_watched", "_plan", "_cwd", "_watch")
+    __slots__ = ("file", "path", "root", "seconds", "_parsed", "_cwd", "_watch")
 
-    def __init__(self, file: str, path: str, root: str, seconds: float, watched: Built,
-                 plan: Mapping[str, int], watch: Watch | None = None) -> None:
+    def __init__(self, file: str, path: str, root: str, seconds: float, parsed: _Parsed,
+                 watch: Watch | Vouched | None = None) -> None:
         self.file, self.path, self.root, self.seconds = file, path, root, seconds
-        self._watched = watched  # the witnesses of what the build read: what Artifact.current() asks
-        self._plan = plan  # its watch's
+        self._parsed = parsed  # the witnesses of what the build read, and their watch's plan: what current() asks
         self._cwd = _cwd()
         self._watch = watch
 
@@ -112,7 +112,7 @@ class Served:
         costs milliseconds, not on the next one (issue 49: 10-20 us of the second call's ~50).
         Its verdict is the next call's to act on; a watch that fell back to stats (no inotify)
         is not asked: making its witnesses' tuples after `import torch` sets off a collection."""
-        if self._watch is not None and self._watch.marks is not None:
+        if self._watch is not None and self._watch.marks is not None:  # the keeper's word (vouch.py): marks ()
             self._watch.unchanged()
 
     def unasked(self) -> bool:
@@ -128,10 +128,13 @@ class Served:
             return False
         if self._watch is not None and self._watch.unchanged():
             return True
-        watch = _arm(self._plan)
-        if not _hold(self._watched.items()):
+        parsed = self._parsed
+        if not parsed.decode():
             return False
-        self._watch = _settled(watch, self._watched)
+        watch = _arm(parsed.plan)
+        if not _hold(parsed.built.items()):
+            return False
+        self._watch = _settled(watch, parsed.built)
         return True
 
 
@@ -140,10 +143,11 @@ class Built:
     tuple each only where asked (the check in Python, the watch's stat fallback). ~600 tuples
     made after `import torch` set off a collection of its young objects: ~5 ms."""
 
-    __slots__ = ("kinds", "paths", "numbers", "_items")
+    __slots__ = ("kinds", "paths", "numbers", "held", "_items")
 
     def __init__(self, kinds: str, paths: list[str], numbers: bytes) -> None:
         self.kinds, self.paths, self.numbers = kinds, paths, numbers
+        self.held = b""  # their paths as witness.c takes them, where the keeper asks it (build_part)
         self._items: list[tuple[str, str, tuple[int, ...]]] | None = None
 
     def items(self) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -185,11 +189,11 @@ def serve(call: bytes, root: str) -> Served | None:
     if record_name is None:
         return None
     real = os.path.realpath(root)
-    data = read(os.path.join(folder(real), record_name))
-    if data is None:
+    got = read_identified(os.path.join(folder(real), record_name))
+    if got is None:
         return None
     try:
-        return _judge(data, real)
+        return _judge(got[0], real, record_name, got[1])
     except (ValueError, IndexError, OverflowError):
         return None  # not a record this abicache wrote: the full lookup writes one
     except OSError:
@@ -198,6 +202,13 @@ def serve(call: bytes, root: str) -> Served | None:
 
 def read(path: str) -> bytes | None:
     """A record's bytes, if it is a regular file of this user that no one else may write."""
+    got = read_identified(path)
+    return None if got is None else got[0]
+
+
+def read_identified(path: str) -> tuple[bytes, tuple[int, int, int, int]] | None:
+    """read(), and the file's inode, size, mtime and ctime (what the keeper is asked of:
+    keeper.py)."""
     try:
         fd = os.open(path, _FLAGS)
     except OSError:
@@ -206,25 +217,90 @@ def read(path: str) -> bytes | None:
         st = os.fstat(fd)
         if not S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > MAX_BYTES:
             return None
-        return os.read(fd, st.st_size + 1)
+        return os.read(fd, st.st_size + 1), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def _judge(data: bytes, real: str) -> Served | None:
+class _Parsed:
+    """A record's parts, as _parse reads them (the module docstring's fields)."""
+
+    __slots__ = ("n", "p", "numbers", "masks", "fields", "kinds", "paths", "plan", "start", "built")
+
+    def __init__(self, n: int, p: int, numbers: bytes, masks: bytes, fields: list[bytes]) -> None:
+        self.n, self.p, self.numbers, self.masks, self.fields = n, p, numbers, masks, fields
+        self.kinds = fields[10]
+        self.start = int(fields[7])
+        self.paths: list[str] | None = None
+
+    def decode(self) -> bool:
+        """The paths, the plan and the build's witnesses, read (once); False where they do not add up."""
+        if self.paths is not None:
+            return True
+        n, p = self.n, self.p
+        paths = self.fields[11].decode(_ENCODING, _ERRORS).split("\0")  # at once: os.fsdecode a path cost 4 ms a torch record
+        if len(paths) != n + p:
+            return False
+        # a dict, not a tuple a path: ~200 objects fewer for the collector (a process that just
+        # imported torch runs a ~3 ms collection of its objects after ~930 more)
+        self.plan = dict(zip(paths[n:], unpack("<%dI" % p, self.masks)))
+        self.paths = paths
+        start = self.start
+        self.built = Built(self.kinds[start:].decode(), paths[start:n], self.numbers[start * _WITNESS.size:])
+        return True
+
+    def stored(self, only: str = "") -> list[tuple[str, str, tuple[int, ...]]]:
+        """The store's witnesses (and the config files', the compiler's, the GPU facts'), as
+        tuples; only: those of these kinds (no tuple made of the others: see Built)."""
+        kinds, numbers = self.kinds[:self.start].decode(), self.numbers
+        paths = self.paths if self.paths is not None else \
+            self.fields[11].split(b"\0", self.start)[:self.start]  # the store's alone: the build's may not be read
+        if not only:
+            paths = [os.fsdecode(p) if type(p) is bytes else p for p in paths]
+            return list(zip(kinds, paths, _WITNESS.iter_unpack(numbers[:self.start * _WITNESS.size])))
+        return [(k, os.fsdecode(paths[i]), _WITNESS.unpack_from(numbers, i * _WITNESS.size))
+                for i, k in enumerate(kinds) if k in only]
+
+    def folder(self) -> str:
+        """The entry's folder."""
+        return os.fsdecode(self.fields[3])
+
+    def held(self) -> bytes:
+        """The witnesses' paths, each NUL-terminated (witness.c's)."""
+        blob, p = self.fields[11], self.p
+        return (blob.rsplit(b"\0", p)[0] if p else blob) + b"\0"
+
+
+def _parse(data: bytes, real: str) -> _Parsed | None:
+    """The record's parts, where it is one of this format and of this store; None otherwise."""
     head, _, body = data.partition(b"\n")
     magic, count, planned, length = head.rsplit(b" ", 3)
     n, p, size = int(count), int(planned), int(length)
     at = n * _WITNESS.size + p * _MASK.size
     if magic != naming.FORMAT or len(body) != at + size:
         return None
-    numbers, masks = body[:n * _WITNESS.size], body[n * _WITNESS.size:at]
     fields = body[at:].split(b"\0", _HEAD)
-    deadline, root, file, entry, names, touch, seconds, build, helper, gpu, kinds, blob = fields
+    kinds, root = fields[10], fields[1]
     if len(kinds) != n or not _KINDS.issuperset(kinds) or os.fsdecode(root) != real:
         return None
+    return _Parsed(n, p, body[:n * _WITNESS.size], body[n * _WITNESS.size:at], fields)
+
+
+def parsed(data: bytes, real: str) -> _Parsed | None:
+    """A record's parts, its paths read (what the keeper watches: keeper.py); None where it is
+    not one of this format and store."""
+    got = _parse(data, real)
+    return got if got is not None and got.decode() else None
+
+
+def _judge(data: bytes, real: str, record_name: str = "", identity: tuple[int, int, int, int] = (0, 0, 0, 0)
+           ) -> Served | None:
+    parsed = _parse(data, real)
+    if parsed is None:
+        return None
+    deadline, _, file, entry, names, touch, seconds, _, helper, gpu = parsed.fields[:10]
     if time.time() >= float(deadline):
         return None  # the entry is due to be hashed in full again (its verify age): the full lookup does it
     if gpu:
@@ -232,34 +308,39 @@ def _judge(data: bytes, real: str) -> Served | None:
 
         if not cuda_witness.holds(gpu.decode()):
             return None
-    paths = blob.decode(_ENCODING, _ERRORS).split("\0")  # at once: os.fsdecode a path cost 4 ms a torch record
-    if len(paths) != n + p:
+    folder, count = os.fsdecode(entry), parsed.n - parsed.start
+    large = helper and count >= _WORTH
+    if large and record_name:  # the keeper's word, where one keeps the record (vouch.py): the build's
+        from . import vouch  # paths are then read only where this process's watch is needed (Served.current)
+
+        vouched = vouch.ask(real, record_name, identity)
+        if vouched is not None:  # it vouched for all but what this process alone can check: the
+            if not _hold(parsed.stored("tc")):  # folders' owners and modes, the C++ runtime it loads
+                return None
+            _touch(folder, float(touch))
+            return Served(os.fsdecode(file), folder, real, float(seconds), parsed, vouched)
+    if not parsed.decode():
         return None
-    # a dict, not a tuple a path: ~200 objects fewer for the collector (a process that just
-    # imported torch runs a ~3 ms collection of its objects after ~930 more)
-    plan = dict(zip(paths[n:], unpack("<%dI" % p, masks)))
-    folder, start = os.fsdecode(entry), int(build)
-    stored_end = start * _WITNESS.size  # the store's witnesses' numbers end there, the build's begin
-    built = Built(kinds[start:].decode(), paths[start:n], numbers[stored_end:])
-    found = _native(os.fsdecode(helper), len(built.kinds))
+    kinds, paths, start, built, plan = parsed.kinds, parsed.paths, parsed.start, parsed.built, parsed.plan
+    found = _native(os.fsdecode(helper), count) if large else None
     if found is None:
-        stored = list(zip(kinds[:start].decode(), paths[:start], _WITNESS.iter_unpack(numbers[:stored_end])))
-        if not _hold(stored) or _listing(os.listdir(folder)) != names:
+        if not _hold(parsed.stored()) or _listing(os.listdir(folder)) != names:
             return None  # the store, the entry, the config files or the compiler moved: nothing armed for it
         watch = _arm(plan)  # before what the build read is checked: nothing slips between
         if not _hold(built.items()):
             return None
     else:
-        held = (blob.rsplit(b"\0", p)[0] if p else blob) + b"\0"  # the witnesses' paths, each NUL-terminated
+        held = parsed.held()  # the witnesses' paths, each NUL-terminated
         cut = _after(held, start)
-        if not found.hold(kinds[:start], held[:cut], numbers[:stored_end]) or \
+        stored_end = start * _WITNESS.size
+        if not found.hold(kinds[:start], held[:cut], parsed.numbers[:stored_end]) or \
                 not _runtime(kinds[:start], paths, found) or _listing(os.listdir(folder)) != names:
             return None
         watch = _arm(plan, found)  # before what the build read is checked: nothing slips between
         if not found.hold(kinds[start:], held[cut:], built.numbers):  # checked once
             return None
     _touch(folder, float(touch))
-    return Served(os.fsdecode(file), folder, real, float(seconds), built, plan, _settled(watch, built))
+    return Served(os.fsdecode(file), folder, real, float(seconds), parsed, _settled(watch, built))
 
 
 #: native.py WORTH, here so that a record too small for the native check imports nothing more
@@ -299,6 +380,22 @@ def _runtime(kinds: bytes, paths: Sequence[str], found: Native) -> bool:
     return all(paths[i] == loaded for i, k in enumerate(kinds) if k == 99)  # 99: b"c"
 
 
+def _runs(path: str) -> bool:
+    """Whether the C++ runtime this process loads (or loaded already: a library brought in first
+    is the one it keeps; not loaded yet, it loads it, as a C++ library would) is the file at
+    path: the dynamic loader's own answer, two dlopen calls (the library by its soname, and
+    that file only if it is loaded: the same handle where it is the same file). Asking which
+    file it is (native/loaded.py, through dlinfo) imported two modules on a hit: ~0.3 ms."""
+    import ctypes
+    from _ctypes import dlopen
+
+    try:
+        loaded = dlopen("libstdc++.so.6", ctypes.DEFAULT_MODE)  # native/loaded.py LIBSTDCXX
+        return dlopen(path, ctypes.DEFAULT_MODE | os.RTLD_NOLOAD) == loaded
+    except (OSError, AttributeError):  # none of that file loaded, or no dynamic loader to ask
+        return False
+
+
 def _listing(names: Sequence[str]) -> bytes:
     return os.fsencode("/".join(sorted(names)))
 
@@ -336,9 +433,7 @@ def _hold(witnesses: Sequence[tuple[str, str, tuple[int, ...]]]) -> bool:
                 lstat(path)
                 return False
             elif kind == "c":
-                from ..native.loaded import libstdcxx_path  # a C++ library's: it loads libstdc++ anyway
-
-                if libstdcxx_path() != path:
+                if not _runs(path):
                     return False
                 st = stat(path)
             else:

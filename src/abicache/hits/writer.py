@@ -219,11 +219,24 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     if any(not stamps.settled(w[2], now) or not stamps.settled(w[3], now) for _, _, w in hops):
         return "unsettled"
     witnesses += hops
+    helper = _helper(cache, art, len(witnesses) - build)
     data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
-                         art.manifest.build_seconds or 0.0, build, witnesses, _helper(cache, art, len(witnesses) - build),
-                         _plan(witnesses[build:], links), gpu)
+                         art.manifest.build_seconds or 0.0, build, witnesses, helper, _plan(witnesses[build:], links), gpu)
     put(cache.store, record.folder(real), name, data)
+    if helper:
+        _keep(real, name)
     return None
+
+
+def _keep(real: str, name: str) -> None:
+    """The store's keeper learns a record large enough to be worth it (keeper.py), started
+    where none answers: this process ran a full lookup (a hit starts none)."""
+    from . import keeper
+
+    try:
+        keeper.keep(real, name)
+    except Exception:  # noqa: BLE001  a keeper only saves time
+        pass
 
 
 def _hops(links: Sequence[str]) -> tuple[set[str], Witnesses]:

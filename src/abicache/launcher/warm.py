@@ -145,7 +145,9 @@ def serve() -> None:
     listener.listen(128)
     for module in PRELOAD:
         importlib.import_module(module)
-    code = _code_witnesses()
+    from ..hits.keeper import code_files, moved
+
+    code = code_files()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks reaped by the kernel
     listener.settimeout(1.0)
     last = time.monotonic()
@@ -153,14 +155,14 @@ def serve() -> None:
         try:
             conn, _ = listener.accept()
         except TimeoutError:
-            if time.monotonic() - last > IDLE_SECONDS or _code_witnesses() != code:
+            if time.monotonic() - last > IDLE_SECONDS or moved(code):
                 return
             continue
         last = time.monotonic()
         with conn:
             if peer_uid(conn) != os.getuid():
                 continue
-            if _code_witnesses() != code:
+            if moved(code):
                 return  # the front runs Python, whose launcher starts a server of the new code
             if os.fork() == 0:
                 listener.close()
@@ -176,20 +178,6 @@ def peer_uid(conn: socket.socket) -> int | None:
     except OSError:
         return None
     return uid
-
-
-def _code_witnesses() -> list[tuple[str, int, int, int]]:
-    """Each of abicache's imported files by its stat: a server of code that changed stops."""
-    out = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if path and module.__name__.split(".")[0] == "abicache":
-            try:
-                st = os.stat(path)
-                out.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-            except OSError:
-                out.append((path, 0, 0, 0))
-    return sorted(out)
 
 
 def _fork(conn: socket.socket) -> None:

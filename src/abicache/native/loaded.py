@@ -16,9 +16,10 @@ def libstdcxx_path() -> str | None:
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
+    from _ctypes import dlopen  # the handle alone: a CDLL object costs ~0.1 ms to make
 
     try:
-        handle = ctypes.CDLL(LIBSTDCXX)._handle
+        handle = dlopen(LIBSTDCXX, ctypes.DEFAULT_MODE)
     except OSError:
         return None
     loaded = loaded_path(handle)
@@ -38,7 +39,7 @@ def loaded_path(handle: int) -> str | None:
     import ctypes
 
     try:
-        dlinfo = ctypes.CDLL(None).dlinfo
+        dlinfo = ctypes.pythonapi.dlinfo  # the process's symbols, made once by ctypes: no CDLL made a call
     except AttributeError:  # glibc before 2.34 keeps it in libdl
         return None
     link_map = ctypes.c_void_p()

@@ -27,6 +27,7 @@ IN_DELETE_SELF = 0x00000400
 IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
+IN_DONT_FOLLOW = 0x02000000
 IN_MASK_ADD = 0x20000000
 
 #: struct inotify_event: wd, mask, cookie, len, then len bytes of name
@@ -64,6 +65,12 @@ class Inotify:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)
         return wd
+
+    def pending(self) -> int | None:
+        """Bytes of events queued now; None where FIONREAD cannot tell."""
+        if _FIONREAD is None or self._ioctl(self.fd, _FIONREAD, self._pending_ref):
+            return None
+        return self._pending.value
 
     def read(self) -> list[tuple[int, int]]:
         """(watch descriptor, mask) of every event pending now; [] when there is none."""

@@ -1,0 +1,379 @@
+"""The store's keeper: a process of this user that watches what large hit records depend
+on, so that a fresh process's hit asks it once (vouch.py) instead of checking ~700 files and
+arming its own watch of them (issue 49: a torch extension's load at 3x its floor).
+
+Started by a full lookup that wrote a record large enough for the native check (writer.py;
+a hit starts none), or by `abicache keeper start`. One keeper a store and view of files
+(vouch.address): a second one started finds the name bound and exits. It exits after
+ABICACHE_KEEPER seconds without a visitor, when the store's root is gone, when a file of
+abicache's it imported changed, or when asked (`abicache keeper stop`); its state is then
+left odd for good, and processes holding it check for themselves.
+
+What it vouches for: every witness of a record (record.py) but those only the asking process
+can check, which it checks itself every time: the folders above and of the store by owner
+and mode (t), and the C++ runtime it loads (c). The rest (the entry's files and names, the
+config files, the compiler, the files the build read and the paths it looked for) are
+watched by the record's own plan and one made for the store's part (store/watch.py), armed
+before they are checked, as a hit's own watch is; a record whose watch could not be armed
+(out of watches) is not held.
+
+The protocol: the keeper greets a visitor of its user with `<FORMAT>\n` and two descriptors,
+its inotify instance and its state, read-only (vouch.py says how a visitor reads them). Then
+lines, each answered: `sync` (read what is queued: `ok`), `learn <record name>` (hold that
+record, read as a hit reads it: `ok`), `status` (one line of JSON), `stop` (`bye`, and it
+exits). A generation is never reused: a slot cleared and filled again holds a new one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from . import record, vouch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Iterator
+
+#: how long a question may take to arrive once connected
+QUESTION_SECONDS = 0.5
+#: how often an idle keeper looks at its store and its code
+TICK_SECONDS = 1.0
+#: the default of ABICACHE_KEEPER (settings/config.py)
+IDLE_SECONDS = 900.0
+
+
+class Kept:
+    __slots__ = ("watch", "slot", "generation")
+
+    def __init__(self, watch: object, slot: int, generation: int) -> None:
+        self.watch, self.slot, self.generation = watch, slot, generation
+
+
+class Keeper:
+    """The records it holds and its state (module docstring)."""
+
+    def __init__(self, real_root: str) -> None:
+        from ..store import watch
+
+        self.root = real_root
+        events = watch._shared()
+        if events is None:
+            raise OSError("no inotify instance")
+        self.events = events
+        self.state = os.memfd_create("abicache-keeper", getattr(os, "MFD_CLOEXEC", 1))
+        os.ftruncate(self.state, vouch.SEQUENCE + vouch.SLOT * vouch.SLOTS)
+        # what askers get: the state, read-only (they read it, only the keeper writes it)
+        self.shown = os.open(f"/proc/self/fd/{self.state}", os.O_RDONLY | os.O_CLOEXEC)
+        self.sequence, self.seen, self.generations = 0, 0, 0
+        self.kept: dict[tuple[str, bytes], Kept] = {}  # (name, tag) -> its slot
+        self.used: set[int] = set()
+        self.started = time.time()
+        self.idle = IDLE_SECONDS
+
+    def close(self) -> None:
+        """Its state's descriptors (the inotify instance is the process's: store/watch.py)."""
+        for fd in (self.state, self.shown):
+            os.close(fd)
+
+    def fds(self) -> list[int]:
+        return [self.events._inotify.fd, self.shown]
+
+    def _write(self, at: int, data: bytes) -> None:
+        os.pwrite(self.state, data, at)
+
+    @contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Odd while it reads events and marks what they touched: askers do not trust a slot then."""
+        self.sequence += 1
+        self._write(0, self.sequence.to_bytes(vouch.SEQUENCE, "little"))
+        try:
+            yield
+        finally:
+            self.sequence += 1
+            self._write(0, self.sequence.to_bytes(vouch.SEQUENCE, "little"))
+
+    def refresh(self) -> None:
+        """Read every event queued, and forget each record whose watch saw one."""
+        if not self.events._inotify.pending() and self.events.seen == self.seen:
+            return
+        with self._busy():
+            self._recheck()
+
+    def _recheck(self) -> None:
+        for key, kept in list(self.kept.items()):
+            if not kept.watch.unchanged():  # type: ignore[attr-defined]
+                self._forget(key)
+        self.seen = self.events.seen
+
+    def _forget(self, key: tuple[str, bytes]) -> None:
+        kept = self.kept.pop(key)
+        self._write(vouch.SEQUENCE + vouch.SLOT * kept.slot, bytes(8))
+        self.used.discard(kept.slot)
+
+    def learn(self, name: str) -> None:
+        """Hold the record of that name, where it is one this keeper may vouch for: read as a
+        hit reads it, its watch armed, then every witness but the asker's own checked."""
+        if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
+            return
+        got = record.read_identified(os.path.join(record.folder(self.root), name))
+        if got is None:
+            return
+        data, identity = got
+        tag = vouch.tag(name, identity)
+        if (name, tag) in self.kept:
+            return
+        with self._busy():  # arming drains events others' watches wait for: they are looked at below
+            for key in [key for key in self.kept if key[0] == name]:
+                self._forget(key)  # an older record of that name
+            slot = self._free(name)
+            watch = None if slot is None else _watched(data, self.root)
+            if watch is not None:
+                self.generations += 1
+                self.kept[(name, tag)] = Kept(watch, slot, self.generations)
+                self.used.add(slot)
+                self._write(vouch.SEQUENCE + vouch.SLOT * slot, self.generations.to_bytes(8, "little") + tag)
+            self._recheck()
+
+    def _free(self, name: str) -> int | None:
+        first = vouch.first_slot(name)
+        for slot in range(first, min(first + vouch.PROBE, vouch.SLOTS)):
+            if slot not in self.used:
+                return slot
+        return None
+
+
+def _watched(data: bytes, real: str) -> object | None:
+    """The record's witnesses watched, then checked (all but those only the asker can: the
+    folders above and of its entry, by owner and mode, and the C++ runtime it loads); None
+    where they do not hold, or cannot all be watched."""
+    from ..store import watch
+
+    try:
+        parsed = record.parsed(data, real)
+    except (ValueError, IndexError, OverflowError):
+        return None
+    if parsed is None:
+        return None
+    from ..store import inotify
+
+    mine = [w for w in parsed.stored() if w[0] not in "tc"]
+    links = {p for k, p, _ in mine if k == "l" and os.path.islink(p)}  # the key's link: its own inode, not a target
+    files = [p for k, p, _ in mine if k in "lsfnk" and p not in links]
+    folders = {*(p for k, p, _ in mine if k == "d"), *(_existing(os.path.dirname(p)) for k, p, _ in mine if k in "am"),
+               *(os.path.dirname(p) for p in links), parsed.folder()}
+    plan = dict(parsed.plan)
+    for path, mask in [*watch.plan(files, sorted(folders)),
+                       *((link, watch.masks()[0] | inotify.IN_DONT_FOLLOW) for link in links)]:
+        plan[path] = plan.get(path, 0) | mask
+    native = record._native(os.fsdecode(parsed.fields[8]), len(parsed.built.kinds))
+    armed = watch.Watch((), (), None, native, plan)
+    if armed.marks is None:
+        return None  # out of watches: a keeper that cannot see a change vouches for nothing
+    built = parsed.built
+    held = native.hold(built.kinds.encode(), parsed.held()[record._after(parsed.held(), parsed.start):], built.numbers) \
+        if native is not None else record._hold(built.items())
+    if not held or not record._hold(mine) or record._listing(os.listdir(parsed.folder())) != parsed.fields[4]:
+        return None
+    return armed
+
+
+def _existing(folder: str) -> str:
+    """The folder, or the nearest one above it that exists: a name made under it is made there first."""
+    while folder not in ("/", "") and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    return folder or "/"
+
+
+def keep(real_root: str, name: str) -> None:
+    """The store's keeper learns the record of that name; one is started where none answers
+    (and ABICACHE_KEEPER is not 0)."""
+    idle = idle_setting()
+    if idle and _talk(real_root, b"learn " + name.encode()) != b"ok":
+        start(real_root, name, idle)
+
+
+def start(real_root: str, first: str = "", idle: float | None = None) -> None:
+    """A keeper for this store, unless one answers already (two started at once: one binds
+    the name, the other exits); first: a record it learns as it starts."""
+    import subprocess
+
+    if idle is None:
+        idle = idle_setting()
+    name = vouch.address(real_root)
+    if name is None or not idle:
+        return
+    if status(real_root) is not None:
+        return
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = (f"import sys; sys.path[:] = [{parent!r}, *(p for p in sys.path if p)]; "
+              "from abicache.hits.keeper import serve; serve(*sys.argv[1:])")
+    subprocess.Popen([sys.executable, "-c", script, real_root, repr(float(idle)), first],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                     start_new_session=True)
+
+
+def idle_setting() -> float:
+    """ABICACHE_KEEPER: the seconds a keeper waits for a question; 0: none is started."""
+    from ..settings import config
+
+    return config.seconds("ABICACHE_KEEPER")
+
+
+def wait_for(real_root: str, seconds: float = 10.0) -> bool:
+    """Whether the store's keeper answers within seconds (one just started imports its modules)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if status(real_root) is not None:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _talk(real_root: str, question: bytes) -> bytes | None:
+    """One question to this store's keeper, its answer's line; None where none answers."""
+    import socket
+
+    name = vouch.address(real_root)
+    if name is None:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        conn.settimeout(2.0)
+        conn.connect(name)
+        if vouch.peer(conn) != os.geteuid():
+            return None
+        greeting = vouch.greeted(conn)
+        if greeting is None:
+            return None
+        greeting.close()
+        conn.sendall(question + b"\n")
+        return vouch.line(conn)
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def status(real_root: str) -> dict[str, object] | None:
+    """What the store's keeper says of itself (pid, records held, since when, idle limit),
+    or None where none answers."""
+    import json
+
+    line = _talk(real_root, b"status")
+    try:
+        return json.loads(line) if line else None
+    except ValueError:
+        return None
+
+
+def stop(real_root: str) -> bool:
+    """Ask the store's keeper to exit; whether one did."""
+    return _talk(real_root, b"stop") == b"bye"
+
+
+def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> None:
+    """Bind the store's name (or leave: another keeps it) and answer until idle, the store
+    gone, abicache's code changed, or asked to stop (module docstring)."""
+    import select
+    import socket
+
+    name = vouch.address(real_root)
+    if name is None:
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        listener.bind(name)
+        keeper = Keeper(real_root)
+    except OSError:
+        return
+    listener.listen(64)
+    limit, code = float(idle), code_files()
+    keeper.idle = limit
+    if first:
+        keeper.learn(first)
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    poller.register(keeper.events._inotify.fd, select.POLLIN)
+    last = looked = time.monotonic()
+    try:
+        while True:
+            ready = {fd for fd, _ in poller.poll(TICK_SECONDS * 1000)}
+            if listener.fileno() in ready:
+                last = time.monotonic()
+                conn, _ = listener.accept()
+                with conn:
+                    if _visit(keeper, conn) == "stop":
+                        return
+            elif ready:
+                keeper.refresh()
+            now = time.monotonic()
+            if now - looked >= TICK_SECONDS:  # however busy the watched folders are
+                looked = now
+                if now - last > limit or not os.path.isdir(real_root) or moved(code):
+                    return
+    finally:
+        keeper.sequence |= 1
+        keeper._write(0, keeper.sequence.to_bytes(vouch.SEQUENCE, "little"))  # odd for good: askers check themselves
+
+
+def _visit(keeper: Keeper, conn: socket.socket) -> str | None:
+    """Greet an asker of this user with the inotify instance and the state, then answer its
+    questions until it leaves (module docstring); "stop" where asked to."""
+    import json
+    import socket
+
+    try:
+        if vouch.peer(conn) != os.geteuid():
+            return None  # its descriptors are this user's alone: another could read its events away
+        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in keeper.fds())
+        conn.sendmsg([vouch.FORMAT + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        conn.settimeout(QUESTION_SECONDS)
+        while True:
+            words = vouch.line(conn).split()
+            if not words:
+                return None
+            if words == [b"sync"]:
+                keeper.refresh()
+                conn.sendall(b"ok\n")
+            elif words[0] == b"learn" and len(words) == 2:
+                keeper.learn(words[1].decode("ascii"))
+                conn.sendall(b"ok\n")
+            elif words == [b"status"]:
+                told = {"pid": os.getpid(), "records": len(keeper.kept), "since": keeper.started, "root": keeper.root,
+                        "idle": keeper.idle}
+                conn.sendall(json.dumps(told).encode() + b"\n")
+            elif words == [b"stop"]:
+                conn.sendall(b"bye\n")
+                return "stop"
+            else:
+                return None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def code_files() -> list[tuple[str, int, int, int]]:
+    """Each of abicache's imported files by its stat: a keeper (or a warm launcher,
+    launcher/warm.py) of code that changed since exits."""
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and module.__name__.split(".")[0] == "abicache":
+            out.append((path, *_stat(path)))
+    return sorted(out)
+
+
+def moved(code: list[tuple[str, int, int, int]]) -> bool:
+    """Whether a file code_files() took moved since (modules imported later are not compared)."""
+    return any(_stat(path) != tuple(seen) for path, *seen in code)
+
+
+def _stat(path: str) -> tuple[int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -1,0 +1,283 @@
+"""The store's keeper (src/abicache/hits/keeper.py, vouch.py): a process of this user that
+watches what large hit records depend on, so that a fresh process's hit asks it once instead
+of checking ~700 files; never trusted for a change it has not read, never another user's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abicache.hits import keeper, record, vouch
+from conftest import need
+
+LARGE = '#include <bits/stdc++.h>\n#include "answer.h"\nextern "C" int answer() { return std::max(ANSWER, 0); }'
+
+#: a process's calls: what each returned, what served it, and what its later calls stand on
+CALLS = """
+import json, pathlib, sys
+from abicache import Cache, cc
+root, include, edits = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3:]
+load = lambda: cc.load_library('large', [{code!r}], cflags=['-I' + str(include)], cache=Cache(root))
+out = [load().answer()]
+held = next(iter(cc._loaded.values()))[0]
+out += [type(held).__name__, type(getattr(held, '_watch', None)).__name__]
+for value in edits:
+    if value == 'kill':
+        import os, signal
+        os.kill(int(json.loads(sys.stdin.readline())['pid']), signal.SIGKILL)
+        continue
+    (include / 'answer.h').write_text('#define ANSWER %s\\n' % value)
+    out.append(load().answer())
+print(json.dumps(out))
+""".format(code=LARGE)
+
+
+def _env() -> dict[str, str]:
+    """The children's environment: one for every phase of a test (pytest sets
+    PYTEST_CURRENT_TEST anew for each, and a record's name holds the environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return {**env, "PYTHONPATH": str(Path(record.__file__).parents[2])}
+
+
+def _calls(root: Path, include: Path, *edits: str, stdin: str = "") -> list[object]:
+    done = subprocess.run([sys.executable, "-c", CALLS, str(root), str(include), *edits], input=stdin,
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _recorded(tmp_path: Path) -> tuple[Path, Path, str, str, tuple[int, int, int, int]]:
+    """A large C++ library built and served by its record, no keeper started: (store, include
+    folder, the store's real root, the record's name, the record file's identity)."""
+    need("c++")
+    need("cc")
+    root, include = tmp_path / "store", tmp_path / "inc"
+    include.mkdir()
+    (include / "answer.h").write_text("#define ANSWER 7\n")
+    for _ in range(40):
+        if _calls(root, include)[1] == "Served":
+            break
+        time.sleep(0.05)
+    real = os.path.realpath(root)
+    name = os.listdir(record.folder(real))[0]
+    _, identity = record.read_identified(os.path.join(record.folder(real), name))  # type: ignore[misc]
+    return root, include, real, name, identity
+
+
+def _cli(*words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "abicache", *words], capture_output=True, text=True, timeout=60,
+                          env=_env())
+
+
+@pytest.fixture
+def kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A large C++ library built, its record written, and the keeper its build started
+    holding it: (store, include folder, the store's real root). The keeper is stopped after."""
+    need("c++")
+    need("cc")
+    monkeypatch.setenv("ABICACHE_KEEPER", "120")
+    root, include = tmp_path / "store", tmp_path / "inc"
+    include.mkdir()
+    (include / "answer.h").write_text("#define ANSWER 7\n")
+    real = os.path.realpath(root)
+    try:
+        for _ in range(40):  # the build's record is written at its exit, the keeper started there
+            if _calls(root, include)[1:] == ["Served", "Vouched"]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"no keeper vouched: {keeper.status(real)}")
+        yield root, include, real
+    finally:
+        keeper.stop(real)
+
+
+def test_a_large_records_next_process_stands_on_the_keepers_word_and_an_edit_is_a_rebuild(kept) -> None:
+    root, include, real = kept
+    told = keeper.status(real)
+    assert told is not None and told["records"] >= 1 and told["root"] == real
+    assert _calls(root, include) == [7, "Served", "Vouched"]
+    (include / "answer.h").write_text("#define ANSWER 8\n")
+    value, served, _ = _calls(root, include)
+    assert value == 8 and served != "Served"  # the keeper read the edit: the full lookup rebuilt it
+
+
+def test_a_torch_call_reaches_the_keeper_early_and_a_process_is_greeted_once(
+        kept, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch call connects before it names its call (vouch.reach), so that the keeper's
+    greeting waits for it when its record is read; a process greeted once reads the state
+    alone for its later records of that store."""
+    root, _, real = kept
+    name = next(n for n in os.listdir(record.folder(real)))
+    _, identity = record.read_identified(os.path.join(record.folder(real), name))  # type: ignore[misc]
+    vouch._greeted.pop(real, None)
+    vouch.reach(str(root))
+    assert real in vouch._reached
+    first = vouch.ask(real, name, identity)
+    assert first is not None and vouch._reached == {} and real in vouch._greeted
+    vouch.reach(str(root))
+    vouch.leave()  # what no ask took
+    assert vouch._reached == {}
+    monkeypatch.setattr(vouch, "_connect", lambda real_root: pytest.fail("connected again"))
+    again = vouch.ask(real, name, identity)
+    assert again is not None and again.unchanged()
+
+
+@pytest.mark.parametrize("keeper_then", ["alive", "killed"])
+def test_an_edit_after_the_keeper_vouched_is_the_next_calls_rebuild(kept, keeper_then: str) -> None:
+    """Later calls read the keeper's state and ask the kernel whether events wait for it; a
+    keeper killed reads no more events, so any edit then waits in its queue: the process
+    checks for itself."""
+    root, include, real = kept
+    edits = ["kill", "8", "9"] if keeper_then == "killed" else ["8", "9"]
+    stdin = json.dumps(keeper.status(real)) + "\n"
+    assert _calls(root, include, *edits, stdin=stdin) == [7, "Served", "Vouched", 8, 9]
+
+
+def test_a_keeper_that_has_not_read_an_event_is_not_trusted(tmp_path: Path) -> None:
+    """The state's sequence and the queue, in one process: a slot is read only while the
+    sequence is even and unchanged and no event waits; an event read clears the slot."""
+    root, include, real, name, identity = _recorded(tmp_path)
+    held = keeper.Keeper(real)
+    held.learn(name)
+    assert len(held.kept) == 1
+    vouched = vouch.Vouched(vouch.Greeting(*(os.dup(fd) for fd in held.fds())))
+    assert vouched.find(name, identity) == "yes" and vouched.unchanged()
+    assert vouched.find(name, (identity[0] + 1, *identity[1:])) == "no"  # another record file
+    os.pwrite(held.state, (held.sequence + 1).to_bytes(8, "little"), 0)  # as while it reads events
+    assert vouched.find(name, identity) == "busy" and not vouched.unchanged()
+    os.pwrite(held.state, held.sequence.to_bytes(8, "little"), 0)
+    assert vouched.unchanged()
+    (include / "answer.h").write_text("#define ANSWER 8\n")
+    assert not vouched.unchanged()  # an event waits: not read yet
+    held.refresh()
+    assert held.kept == {} and not vouched.unchanged() and vouched.find(name, identity) == "no"
+    vouched._greeting.close()
+    held.close()
+
+
+FAKE = """
+import os, socket, sys
+real, tag, first = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3])
+from abicache.hits import vouch
+name = vouch.address(real)
+state = os.memfd_create("fake")
+os.ftruncate(state, vouch.SEQUENCE + vouch.SLOT * vouch.SLOTS)
+os.pwrite(state, (1).to_bytes(8, "little") + tag, vouch.SEQUENCE + vouch.SLOT * first)
+events = os.eventfd(0)
+os.setgid(65534)
+os.setuid(65534)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(name)
+server.listen(8)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (events, state))
+    conn.sendmsg([vouch.FORMAT + b"\\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    conn.close()
+"""
+
+
+def test_another_users_keeper_is_never_believed(tmp_path: Path) -> None:
+    """An abstract socket can be bound by anyone: a process of another user bound at the
+    keeper's name, greeting with a state that vouches for the record, is not asked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
+    root, include, real, name, identity = _recorded(tmp_path)
+    fake = subprocess.Popen([sys.executable, "-c", FAKE, real, vouch.tag(name, identity).hex(),
+                             str(vouch.first_slot(name))], stdout=subprocess.PIPE, text=True,
+                            env=_env())
+    try:
+        assert fake.stdout is not None and fake.stdout.readline().strip() == "ready"
+        assert vouch.ask(real, name, identity) is None
+        (include / "answer.h").write_text("#define ANSWER 8\n")
+        assert _calls(root, include)[0] == 8
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def test_the_keeper_greets_no_other_user(kept) -> None:
+    """Its inotify instance is its own: another user's process could read its events away."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
+    _, _, real = kept
+    code = ("import os, socket, sys\nfrom abicache.hits import vouch\nname = vouch.address(sys.argv[1])\n"
+            "os.setgid(65534)\nos.setuid(65534)\nconn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "conn.settimeout(5)\nconn.connect(name)\n"
+            "data, ancillary, _, _ = conn.recvmsg(64, socket.CMSG_SPACE(8))\nprint(repr(data), len(ancillary))")
+    done = subprocess.run([sys.executable, "-c", code, real], capture_output=True, text=True, timeout=60,
+                          env=_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["b''", "0"]
+    assert keeper.status(real) is not None  # and it still serves its own user
+
+
+def test_the_keeper_leaves_when_idle_when_its_store_goes_and_when_asked(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    (root / "v3" / "hits").mkdir(parents=True)
+    real = os.path.realpath(root)
+    keeper.start(real, idle=1.0)
+    assert keeper.wait_for(real)
+    time.sleep(3.5)  # idle: a second without a visitor (each status is one), and its tick
+    assert keeper.status(real) is None
+    keeper.start(real, idle=60.0)
+    assert keeper.wait_for(real)
+    (root / "v3" / "hits").rmdir()
+    (root / "v3").rmdir()
+    root.rmdir()
+    _gone(real, 10)
+    root.mkdir()
+    keeper.start(real, idle=60.0)
+    assert keeper.wait_for(real) and keeper.stop(real)
+    _gone(real, 5)
+
+
+def _gone(real: str, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while keeper.status(real) is not None:
+        assert time.monotonic() < end, "the keeper did not leave"
+        time.sleep(0.05)
+
+
+def test_no_keeper_is_started_with_abicache_keeper_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    (root / "v3" / "hits").mkdir(parents=True)
+    monkeypatch.setenv("ABICACHE_KEEPER", "0")
+    keeper.keep(os.path.realpath(root), "0" * 64)
+    time.sleep(0.3)
+    assert keeper.status(os.path.realpath(root)) is None
+
+
+def test_the_command_starts_shows_and_stops_it(tmp_path: Path) -> None:
+    where = ["--json", "--dir", str(tmp_path / "store")]
+    started = _cli("keeper", "start", *where)
+    assert started.returncode == 0, started.stderr
+    told = json.loads(started.stdout)
+    assert told["running"] and told["records"] == 0 and told["idle"] > 0
+    assert json.loads(_cli("keeper", *where).stdout)["pid"] == told["pid"]
+    stopped = _cli("keeper", "stop", *where)
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["running"] is False
+    plain = _cli("keeper", *where[1:])
+    assert plain.returncode == 0 and plain.stdout.startswith("no keeper runs for "), plain.stderr
+
+
+def test_the_cpp_runtime_is_asked_of_the_loader(tmp_path: Path) -> None:
+    """record._runs: the libstdc++ this process loads is that file, by the loader's own
+    answer; a copy of the same library at another path is not."""
+    from abicache.native.loaded import libstdcxx_path
+
+    loaded = libstdcxx_path()
+    if loaded is None:
+        pytest.skip("no C++ runtime here")
+    assert record._runs(loaded) and record._runs(os.path.realpath(loaded))
+    copy = tmp_path / "libstdc++.so.6"
+    copy.write_bytes(Path(loaded).read_bytes())
+    assert not record._runs(str(copy)) and not record._runs(str(tmp_path / "none.so"))
