@@ -539,15 +539,20 @@ def test_a_cpp_library_is_served_only_with_the_cpp_runtime_it_was_judged_with(ro
 
 
 def test_a_forked_child_does_not_count_its_parents_served_hits_again(tmp_path: Path) -> None:
+    """Neither the counts nor the hits a served call left to count at exit (cc.py _count)."""
     tally._pending.clear()
-    tally.count(str(tmp_path), 1.0, str(tmp_path / "v3" / "entries" / "cc.library" / "ab" / "abcd.ef"))
+    earlier, cc._served[:] = list(cc._served), []  # this worker's earlier tests' served calls
+    entry = str(tmp_path / "v3" / "entries" / "cc.library" / "ab" / "abcd.ef")
+    tally.count(str(tmp_path), 1.0, entry)
+    cc._served.append((str(tmp_path), 1.0, entry))
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if not tally._pending else 1)
+        os._exit(0 if not tally._pending and not cc._served else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert tally._pending[str(tmp_path), "cc.library"][0] == 1
+    assert tally._pending[str(tmp_path), "cc.library"][0] == 1 and len(cc._served) == 1
     tally._pending.clear()
+    cc._served[:] = earlier
 
 
 def test_a_working_directory_removed_is_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

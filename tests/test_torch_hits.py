@@ -1,4 +1,4 @@
-"""A torch extension's hit record (frontends/torch_hits.py) and the native check of a large
+"""A torch extension's hit record (hits/naming.py torch_call) and the native check of a large
 record (hits/native.py, hits/witness.c): a fresh process after `import torch` is served
 without the plans, the store or the engine; a record names the torch it was found with; the
 native check says what record.py's Python check says, witness by witness."""
@@ -44,16 +44,16 @@ def _fresh(root: Path) -> dict[str, object]:
 
 
 def test_the_facts_a_record_names_are_those_the_lookup_probes() -> None:
-    """The record's call holds the live torch's facts (torch_hits.facts); the full lookup reads
+    """The record's call holds the live torch's facts (naming.torch_facts); the full lookup reads
     env/probes.py's: they must be the same strings, or no record would ever be written."""
     pytest.importorskip("torch")
     from abicache.env import probes
-    from abicache.frontends import torch_hits
+    from abicache.hits import naming
 
-    live = torch_hits.facts()
+    live = naming.torch_facts()
     assert live is not None
     probed = probes.torch()
-    assert live == {name: probed[name] for name in torch_hits.NAMED}
+    assert live == {name: probed[name] for name in naming.TORCH_NAMED}
 
 
 def test_a_fresh_process_after_import_torch_is_served_without_the_plans(
@@ -79,12 +79,12 @@ def test_a_record_is_not_written_where_the_lookup_found_another_torch(
     for a lookup that did not happen."""
     pytest.importorskip("torch")
     import abicache.torch as at
-    from abicache.frontends import torch_hits
+    from abicache.hits import naming
 
     root = torch_extension_store(tmp_path_factory, tmp_path / "store")
     cache = Cache(root)
     art = at.build_inline(ADD_EXT, [ADD], functions=["add"], cache=cache)
-    named = torch_hits.facts()
+    named = naming.torch_facts()
     assert named is not None
     tools = ["compiler.cxx", "torch.build"]
     assert writer.refusal(cache, art, tools, False, named) is None
@@ -97,20 +97,20 @@ def test_a_call_names_its_torch_and_refuses_what_a_record_cannot_stand_for() -> 
     pytest.importorskip("torch")
     import torch
 
-    from abicache.frontends import torch_hits
+    from abicache.hits import naming
 
     args = {"functions": {"add": "adds"}, "verbose": False, "build_directory": None, "stable": False, "cache": None}
-    made = torch_hits.call("torch.inline", "ext", ["int x;"], args)
+    made = naming.torch_call("torch.inline", "ext", ["int x;"], args)
     assert made is not None
     call, named = made
     assert named["torch.version"].encode() in call and b"cache" not in call
-    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "build_directory": "/tmp/x"}) is None
-    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "verbose": True}) is None
-    assert torch_hits.call("torch.inline", "ext", ["int x;"], {**args, "functions": object()}) is None
+    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "build_directory": "/tmp/x"}) is None
+    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "verbose": True}) is None
+    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "functions": object()}) is None
     version = torch.version.git_version
     try:
         torch.version.git_version = "another"
-        other = torch_hits.call("torch.inline", "ext", ["int x;"], args)
+        other = naming.torch_call("torch.inline", "ext", ["int x;"], args)
         assert other is not None and other[0] != call  # another torch: another record
     finally:
         torch.version.git_version = version

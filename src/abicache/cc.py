@@ -134,9 +134,39 @@ def load_module(
 
 
 def _import(name: str, path: str) -> ModuleType:
-    from .frontends.importing import import_extension
-
     return import_extension(name, path)
+
+
+#: module name -> the files imported under it in this process, in order
+_imported: dict[str, list[str]] = {}
+
+
+def import_extension(name: str, path: str | os.PathLike[str]) -> ModuleType:
+    """Import the CPython extension module at path, as a cached build is imported. CPython
+    keeps one module per name (a second file with the same PyInit_<name> gets the first
+    module back), so a new build under a name already imported in this process (new code, or
+    a header edit) is imported as `<name>_v<N>.<name>`: the init symbol is found, the module
+    is new, the way cpp_extension's name_v1 is (without a rebuild). The first import under a
+    name is also sys.modules[name]. Here, not in a module of its own: a torch extension's hit
+    imports this module anyway, and each module more costs it ~0.1 ms (issue 49)."""
+    import importlib.machinery
+    import sys
+    # importlib.util's own module_from_spec, without the 3 ms importlib.util imports
+    from importlib._bootstrap import module_from_spec
+
+    seen = _imported.setdefault(name, [])
+    key = os.fspath(path)
+    if key not in seen:
+        seen.append(key)
+    version = seen.index(key)
+    full = name if version == 0 else f"{name}_v{version}.{name}"
+    loader = importlib.machinery.ExtensionFileLoader(full, key)
+    spec = importlib.machinery.ModuleSpec(full, loader, origin=key)
+    spec.has_location = True  # as spec_from_file_location makes it: the module's __file__ is its path
+    module = module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[full] = module
+    return module
 
 
 def _call(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None:
@@ -185,7 +215,7 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any],
     root = _record_root(cache) if call is not None else None
     if root is None:
         return None
-    from .hits import record, tally
+    from .hits import record
 
     served = record.serve(call, root)  # type: ignore[arg-type]
     if served is None:
@@ -196,9 +226,36 @@ def _serve(call: bytes | None, cache: Cache | None, load: Callable[[str], Any],
         loaded = load(served.file)
     except OSError:
         return None  # removed between the check and the load (gc): the full lookup
-    tally.count(served.root, served.seconds, served.path)
+    _count(served)
     served.warm()  # after the load, whose bytes pushed the watch's code out of the caches
     return served, loaded
+
+
+#: the hits records served in this process, counted when it exits (hits/tally.py)
+_served: list[tuple[str, float, str]] = []
+
+
+def _count(served: Served) -> None:
+    """A hit a record served, counted as the process exits, where the counts are written
+    anyway: importing the counter on the call cost it ~0.15 ms (issue 49)."""
+    if not _served:
+        import atexit
+
+        atexit.register(_count_at_exit)
+    _served.append((served.root, served.seconds, served.path))
+
+
+def _count_at_exit() -> None:
+    from .hits import tally
+
+    counted, _served[:] = list(_served), []
+    for root, seconds, path in counted:
+        tally.count(root, seconds, path)
+    tally.flush()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_served.clear)  # a forked child's counts are its parent's (hits/tally.py)
 
 
 def _recorded(memo: tuple[Any, ...], held: tuple[Any, Any, Any], serve: Callable[..., Any]) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from .cc import _fingerprint, _load_once, _record_root, _serve, _where
+from .cc import _fingerprint, _load_once, _record_root, _serve, _where, import_extension
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .core.cache import Cache
 
 # The plans (what to build, how it is keyed) are in frontends/torch_plans.py: a call its hit
-# record serves (frontends/torch_hits.py) imports none of them. Their public names
+# record serves (hits/naming.py torch_call) imports none of them. Their public names
 # (build_inline, plan, inline_sources, target_macro, lenient, TorchInstall, ...) are this
 # module's too (__getattr__ below).
 
@@ -119,22 +119,20 @@ def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
 
 def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], stable: bool,
             python_module: bool, fresh: bool = True) -> Any:
-    """The call served by its hit record (frontends/torch_hits.py), or None: the full lookup.
+    """The call served by its hit record (hits/naming.py torch_call), or None: the full lookup.
     torch is imported first: the record names the torch this process runs, and loading the
     extension needs it anyway."""
     try:
         import torch  # noqa: F401
     except ImportError:
         return None  # the full lookup says that torch is missing
-    from .hits import vouch
+    from .hits import naming, vouch
 
     root = _record_root(args["cache"]) if fresh else None
     if root is not None:
         vouch.reach(root)  # the store's keeper wakes while the call is named and its record read
     try:
-        from .frontends import torch_hits
-
-        called = torch_hits.call(frontend, name, sources, args)
+        called = naming.torch_call(frontend, name, sources, args)
         if called is None:
             return None
         return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh)
@@ -184,8 +182,6 @@ def _load(path: str, name: str, stable: bool, python_module: bool) -> Any:
     import torch  # the extension links libtorch: torch must be loaded first
 
     if python_module:
-        from .frontends.importing import import_extension
-
         return import_extension(name, path)
     if stable:
         _one_build_per_op_library(path, name)

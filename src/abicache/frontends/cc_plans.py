@@ -21,7 +21,6 @@ from ..env import Facts
 from ..errors import AbicacheError, BuildError
 from ..core.key import Inputs
 from ..values.records import named_tuple
-from .importing import import_extension  # noqa: F401  (re-exported: cc.import_extension)
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:

@@ -27,7 +27,24 @@ import re
 from pathlib import Path
 
 from ..values.records import named_tuple
-from .torch_hits import LINES_MEMO  # the name a hit record witnesses its memo by
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Mapping
+
+#: the memo of cpp_extension.py's lines under the store's tools/: what a hit record witnesses it by
+LINES_MEMO = "cpp_extension build lines v1"
+
+
+def files(named: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+    """The files of this torch a lookup reads beyond its facts (hits/naming.py torch_facts),
+    each with the name of its memo under the store's tools/ (None: read, not memoized): a hit
+    record witnesses them (hits/writer.py)."""
+    import os
+
+    root = named.get("torch.root") or ""
+    return [(os.path.join(root, "utils", "cpp_extension.py"), LINES_MEMO),
+            (os.path.join(root, "include", "torch", "csrc", "stable", "version.h"), None)]
 
 
 _STD = r"-std=c\+\+\d+"

@@ -386,13 +386,14 @@ def build_load(name: str, sources: Any, args: Mapping[str, Any]) -> Artifact:
 
 
 def _recorded(made: Plan, cache: Cache, frontend: str, name: str, sources: Any, args: Mapping[str, Any]) -> Artifact:
-    """The plan's artifact, and the hit record of the call (frontends/torch_hits.py) where
+    """The plan's artifact, and the hit record of the call (hits/naming.py torch_call) where
     one may stand for it: the next process's same call after `import torch` is served by it."""
     from ..cc import _run
-    from . import torch_hits
+    from ..hits import naming
+    from . import torch_lines
 
-    called = torch_hits.call(frontend, name, sources, args)
+    called = naming.torch_call(frontend, name, sources, args)
     if called is None:
         return made.run(cache)
     call, named = called
-    return _run(made, cache, call, named, torch_hits.files(named))
+    return _run(made, cache, call, named, torch_lines.files(named))

@@ -17,7 +17,7 @@ from .._version import __version__
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Mapping
 
 #: 2: the native check's path; 3: which files are links, the watch's plan; 4: the GPU facts' premise (record.py)
 FORMAT = b"abicache-hit 4"
@@ -55,6 +55,59 @@ def call_of(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None
             return None
         parts.append((key, value))
     return repr(parts).encode("utf-8", "surrogateescape")
+
+
+#: the facts a torch call's record names (env/probes.py TORCH_FACTS)
+TORCH_NAMED = ("torch.version", "torch.git", "torch.cuda", "torch.hip", "torch.cxx11abi", "torch.build", "torch.flavor",
+               "torch.root")
+
+
+def torch_facts() -> dict[str, str | None] | None:
+    """The torch facts of the torch module this process imported, as env/probes.py reads them,
+    or None where none is imported. A torch extension is keyed on the installed torch's build
+    (torch.build: version, git, CUDA/HIP, C++ ABI) and found at its root: facts a C library's
+    record does not name. Loading one imports torch anyway, so its record's name holds them as
+    the live torch module gives them (the full lookup reads the same ones: env/probes.py
+    _live_torch; tests/test_torch_hits.py keeps the two equal); a record is written only where
+    the facts its lookup used are these (writer.py), and the files the lookup read of that
+    torch beyond them are its witnesses (frontends/torch_lines.py files)."""
+    mod = sys.modules.get("torch")
+    version = getattr(mod, "version", None)
+    where = getattr(mod, "__file__", None)
+    if version is None or not where:
+        return None
+    abi = getattr(getattr(mod, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    found: dict[str, str | None] = {
+        "torch.version": str(version.__version__),
+        "torch.git": getattr(version, "git_version", None),
+        "torch.cuda": getattr(version, "cuda", None),
+        "torch.hip": getattr(version, "hip", None),
+        "torch.cxx11abi": None if abi is None else str(int(bool(abi))),
+        "torch.root": os.path.dirname(where),
+    }
+    found["torch.build"] = "/".join([found["torch.version"] or "unknown"] + [
+        f"{k}={found[f'torch.{k}'] or 'none'}" for k in ("git", "cuda", "hip", "cxx11abi")])
+    local = (found["torch.version"] or "").partition("+")[2]
+    found["torch.flavor"] = ("cuda" if found["torch.cuda"] else "rocm" if found["torch.hip"]
+                             else "xpu" if local.startswith("xpu") else "cpu")
+    return found
+
+
+def torch_call(frontend: str, name: str, sources: Any, args: Mapping[str, Any]
+               ) -> tuple[bytes, dict[str, str | None]] | None:
+    """(a torch call as a record names it, the torch facts it names), or None where no record
+    may stand for it: no torch imported, a build folder to copy into on every call
+    (build_directory), a verbose call, an argument of a type a record does not name. Here,
+    with the rest of a name: a torch extension's hit imports this module anyway, and each
+    module more costs it ~0.1 ms (issue 49)."""
+    if args.get("build_directory") is not None or args.get("verbose"):
+        return None  # a copy made on every call; what a verbose call says of its lookup
+    named = torch_facts()
+    if named is None:
+        return None
+    made = call_of(frontend, name, sources, torch=repr(sorted(named.items())),
+                   **{k: v for k, v in args.items() if k != "cache"})
+    return None if made is None else (made, named)
 
 
 def default_root() -> str | None:

@@ -313,7 +313,7 @@ def _judge(data: bytes, real: str, record_name: str = "", identity: tuple[int, i
     if large and record_name:  # the keeper's word, where one keeps the record (vouch.py): the build's
         from . import vouch  # paths are then read only where this process's watch is needed (Served.current)
 
-        vouched = vouch.ask(real, record_name, identity)
+        vouched = vouch.ask(real, record_name, identity) if vouch.wanted() else None
         if vouched is not None:  # it vouched for all but what this process alone can check: the
             if not _hold(parsed.stored("tc")):  # folders' owners and modes, the C++ runtime it loads
                 return None

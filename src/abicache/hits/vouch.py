@@ -52,6 +52,18 @@ PROBE = 8
 _FIONREAD = 0x541B
 
 
+def wanted() -> bool:
+    """Whether a keeper may be asked: not where ABICACHE_KEEPER is 0 (none is started then,
+    and a hit pays no connection for it)."""
+    value = os.environ.get("ABICACHE_KEEPER")
+    if not value:
+        return True
+    try:
+        return float(value) != 0
+    except ValueError:
+        return True  # the full lookup's settings check names the bad value
+
+
 def address(real_root: str) -> bytes | None:
     """The keeper's abstract socket name for this store and this process's view of files;
     None where that view cannot be read."""
@@ -166,6 +178,8 @@ def reach(root: str) -> None:
     """Connect to the store's keeper now, where a call is likely to ask it (a torch
     extension's): it wakes and greets while this process names the call and reads its record
     (~0.3 ms of a ~1 ms floor). A connection no ask takes is closed by leave()."""
+    if not wanted():
+        return
     real = os.path.realpath(root)
     if real not in _reached:
         conn = _connect(real)

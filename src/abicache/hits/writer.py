@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..core.cache import Cache
 
     #: files a lookup read beyond its facts and compilers, each with the name of its memo under
-    #: the store's tools/ (env/toolid.py), or None: a torch's cpp_extension.py (frontends/torch_hits.py)
+    #: the store's tools/ (env/toolid.py), or None: a torch's cpp_extension.py (frontends/torch_lines.py files)
     Files = Sequence[tuple[str, str | None]]
 
 #: facts naming.name holds: a requirement on any other is judged by a full lookup

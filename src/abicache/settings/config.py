@@ -58,7 +58,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
                       "Python (read from the environment alone, as the front is)"),
     "ABICACHE_KEEPER": ("900", "seconds the store's keeper (a process of yours that watches large hit records' "
                         "files, so that a fresh process's hit asks it once instead of checking them) waits for a "
-                        "question before it exits; 0: none is started"),
+                        "question before it exits; 0: none is started nor asked"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
                        "scratch and compare), verdicts appended to log/check.jsonl; 0: never"),
     "ABICACHE_MAX_SIZE": ("", "a size cap for the local store (e.g. 10G, 500M): a build that takes the store "
