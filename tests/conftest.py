@@ -18,14 +18,17 @@ sys.path.insert(0, str(SRC))  # test this checkout, whatever an editable install
 from abicache import Cache  # noqa: E402
 from abicache.env import Facts  # noqa: E402
 
+# A keeper outlives the test that started it (hits/keeper.py): none for the whole run, module and
+# session fixtures included (they run before _isolated_env); tests/test_keeper.py starts its own.
+os.environ["ABICACHE_KEEPER"] = "0"
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test touches the user's cache, and progress lines stay off."""
     monkeypatch.setenv("ABICACHE_DIR", str(tmp_path / "default-root"))
     monkeypatch.setenv("ABICACHE_PROGRESS", "0")
-    # a keeper outlives the test that started it (hits/keeper.py): tests/test_keeper.py starts its own
-    monkeypatch.setenv("ABICACHE_KEEPER", "0")
+    monkeypatch.setenv("ABICACHE_KEEPER", "0")  # as set above, whatever a test before this one left
     monkeypatch.delenv("ABICACHE_EXPLAIN", raising=False)
     monkeypatch.delenv("ABICACHE_SHARED", raising=False)
     for name in ("ABICACHE_REMOTE", "ABICACHE_REMOTE_MODE", "ABICACHE_REMOTE_TIMEOUT", "ABICACHE_REMOTE_LEASE",

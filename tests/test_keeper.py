@@ -117,10 +117,13 @@ def test_a_torch_call_reaches_the_keeper_early_and_a_process_is_greeted_once(
     name = next(n for n in os.listdir(record.folder(real)))
     _, identity = record.read_identified(os.path.join(record.folder(real), name))  # type: ignore[misc]
     vouch._greeted.pop(real, None)
+    silent = vouch._connect(real)  # another process's early connection, not asking yet: no one waits for it
+    assert silent is not None
     vouch.reach(str(root))
     assert real in vouch._reached
     first = vouch.ask(real, name, identity)
     assert first is not None and vouch._reached == {} and real in vouch._greeted
+    silent.close()
     vouch.reach(str(root))
     vouch.leave()  # what no ask took
     assert vouch._reached == {}
@@ -226,8 +229,11 @@ def test_the_keeper_leaves_when_idle_when_its_store_goes_and_when_asked(tmp_path
     real = os.path.realpath(root)
     keeper.start(real, idle=1.0)
     assert keeper.wait_for(real)
-    time.sleep(3.5)  # idle: a second without a visitor (each status is one), and its tick
-    assert keeper.status(real) is None
+    pid = keeper.status(real)["pid"]  # type: ignore[index]
+    end = time.monotonic() + 15
+    while _alive(pid):  # idle: a second without a visitor (a status is one: not asked meanwhile)
+        assert time.monotonic() < end, "the idle keeper did not leave"
+        time.sleep(0.05)
     keeper.start(real, idle=60.0)
     assert keeper.wait_for(real)
     (root / "v3" / "hits").rmdir()
@@ -238,6 +244,18 @@ def test_the_keeper_leaves_when_idle_when_its_store_goes_and_when_asked(tmp_path
     keeper.start(real, idle=60.0)
     assert keeper.wait_for(real) and keeper.stop(real)
     _gone(real, 5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (its parent, start()'s process, is this one) is gone too
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _gone(real: str, seconds: float) -> None:

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     import socket
     from typing import Iterator
 
-#: how long a question may take to arrive once connected
-QUESTION_SECONDS = 0.5
+#: how long a visitor may stay silent before it is taken for gone
+QUESTION_SECONDS = 5.0
 #: how often an idle keeper looks at its store and its code
 TICK_SECONDS = 1.0
 #: the default of ABICACHE_KEEPER (settings/config.py)
@@ -277,7 +277,10 @@ def stop(real_root: str) -> bool:
 
 def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> None:
     """Bind the store's name (or leave: another keeps it) and answer until idle, the store
-    gone, abicache's code changed, or asked to stop (module docstring)."""
+    gone, abicache's code changed, or asked to stop (module docstring). Visitors are greeted
+    as they connect and their lines answered as they come, never one waited for: a process
+    that connected early (vouch.reach) asks a millisecond later, and eight ranks of a job
+    starting at once must not queue behind it."""
     import select
     import socket
 
@@ -290,7 +293,7 @@ def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> No
         keeper = Keeper(real_root)
     except OSError:
         return
-    listener.listen(64)
+    listener.listen(128)
     limit, code = float(idle), code_files()
     keeper.idle = limit
     if first:
@@ -298,61 +301,118 @@ def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> No
     poller = select.poll()
     poller.register(listener.fileno(), select.POLLIN)
     poller.register(keeper.events._inotify.fd, select.POLLIN)
+    visitors: dict[int, Visitor] = {}
     last = looked = time.monotonic()
     try:
         while True:
-            ready = {fd for fd, _ in poller.poll(TICK_SECONDS * 1000)}
-            if listener.fileno() in ready:
-                last = time.monotonic()
-                conn, _ = listener.accept()
-                with conn:
-                    if _visit(keeper, conn) == "stop":
+            for fd, _ in poller.poll(TICK_SECONDS * 1000):
+                if fd == listener.fileno():
+                    last = time.monotonic()
+                    conn, _ = listener.accept()
+                    if _greet(keeper, conn):
+                        visitors[conn.fileno()] = Visitor(conn)
+                        poller.register(conn.fileno(), select.POLLIN)
+                elif fd in visitors:
+                    said = visitors[fd].answer(keeper)
+                    if said in ("stop", "gone"):
+                        poller.unregister(fd)
+                        visitors.pop(fd).close()
+                    if said == "stop":
                         return
-            elif ready:
-                keeper.refresh()
+                else:
+                    keeper.refresh()
             now = time.monotonic()
             if now - looked >= TICK_SECONDS:  # however busy the watched folders are
                 looked = now
+                for fd in [fd for fd, visitor in visitors.items() if now - visitor.since > QUESTION_SECONDS]:
+                    poller.unregister(fd)  # a visitor that said nothing for that long: gone
+                    visitors.pop(fd).close()
                 if now - last > limit or not os.path.isdir(real_root) or moved(code):
                     return
     finally:
         keeper.sequence |= 1
         keeper._write(0, keeper.sequence.to_bytes(vouch.SEQUENCE, "little"))  # odd for good: askers check themselves
+        for visitor in visitors.values():
+            visitor.close()
 
 
-def _visit(keeper: Keeper, conn: socket.socket) -> str | None:
-    """Greet an asker of this user with the inotify instance and the state, then answer its
-    questions until it leaves (module docstring); "stop" where asked to."""
-    import json
+def _greet(keeper: Keeper, conn: socket.socket) -> bool:
+    """Greet a visitor of this user with the inotify instance and the state; whether it was one."""
     import socket
 
     try:
         if vouch.peer(conn) != os.geteuid():
-            return None  # its descriptors are this user's alone: another could read its events away
+            conn.close()  # its descriptors are this user's alone: another could read its events away
+            return False
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in keeper.fds())
         conn.sendmsg([vouch.FORMAT + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-        conn.settimeout(QUESTION_SECONDS)
-        while True:
-            words = vouch.line(conn).split()
-            if not words:
-                return None
-            if words == [b"sync"]:
-                keeper.refresh()
-                conn.sendall(b"ok\n")
-            elif words[0] == b"learn" and len(words) == 2:
-                keeper.learn(words[1].decode("ascii"))
-                conn.sendall(b"ok\n")
-            elif words == [b"status"]:
-                told = {"pid": os.getpid(), "records": len(keeper.kept), "since": keeper.started, "root": keeper.root,
-                        "idle": keeper.idle}
-                conn.sendall(json.dumps(told).encode() + b"\n")
-            elif words == [b"stop"]:
-                conn.sendall(b"bye\n")
+        conn.setblocking(False)
+        return True
+    except OSError:
+        conn.close()
+        return False
+
+
+class Visitor:
+    """A connection greeted, and what it has said so far."""
+
+    __slots__ = ("conn", "data", "since")
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn, self.data, self.since = conn, b"", time.monotonic()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def answer(self, keeper: Keeper) -> str:
+        """Read what it sent and answer each whole line (module docstring): "stop" where asked
+        to, "gone" where it left or said something this keeper does not answer, else ""."""
+        try:
+            more = self.conn.recv(4096)
+        except BlockingIOError:
+            return ""
+        except OSError:
+            return "gone"
+        if not more or len(self.data) + len(more) > 4096:
+            return "gone"
+        self.data += more
+        self.since = time.monotonic()
+        while b"\n" in self.data:
+            line, _, self.data = self.data.partition(b"\n")
+            reply = _reply(keeper, line.split())
+            if reply is None:
+                return "gone"
+            try:
+                self.conn.setblocking(True)  # a line's answer is short: the socket's buffer takes it
+                self.conn.sendall(reply)
+                self.conn.setblocking(False)
+            except OSError:
+                return "gone"
+            if reply == b"bye\n":
                 return "stop"
-            else:
-                return None
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
+        return ""
+
+
+def _reply(keeper: Keeper, words: list[bytes]) -> bytes | None:
+    """The answer to one line (module docstring); None: not a question this keeper answers."""
+    import json
+
+    if words == [b"sync"]:
+        keeper.refresh()
+        return b"ok\n"
+    if len(words) == 2 and words[0] == b"learn":
+        try:
+            keeper.learn(words[1].decode("ascii"))
+        except UnicodeDecodeError:
+            return None
+        return b"ok\n"
+    if words == [b"status"]:
+        told = {"pid": os.getpid(), "records": len(keeper.kept), "since": keeper.started, "root": keeper.root,
+                "idle": keeper.idle}
+        return json.dumps(told).encode() + b"\n"
+    if words == [b"stop"]:
+        return b"bye\n"
+    return None
 
 
 def code_files() -> list[tuple[str, int, int, int]]:

@@ -143,11 +143,10 @@ class Built:
     tuple each only where asked (the check in Python, the watch's stat fallback). ~600 tuples
     made after `import torch` set off a collection of its young objects: ~5 ms."""
 
-    __slots__ = ("kinds", "paths", "numbers", "held", "_items")
+    __slots__ = ("kinds", "paths", "numbers", "_items")
 
     def __init__(self, kinds: str, paths: list[str], numbers: bytes) -> None:
         self.kinds, self.paths, self.numbers = kinds, paths, numbers
-        self.held = b""  # their paths as witness.c takes them, where the keeper asks it (build_part)
         self._items: list[tuple[str, str, tuple[int, ...]]] | None = None
 
     def items(self) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -33,6 +33,8 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
+    from typing import Any
+
     import socket  # _socket's, which the calls here use: socket.py imports enum, ~1 ms where torch is not imported
 
 #: the protocol: bumped when a message or the state's layout changes meaning
@@ -163,9 +165,15 @@ class Vouched:
 
     def _waiting(self) -> bool:
         """Whether events wait in the keeper's queue (FIONREAD: bytes pending)."""
-        import fcntl
+        global _ioctl
+        if _ioctl is None:
+            from fcntl import ioctl
 
-        return bool(fcntl.ioctl(self._greeting.events, _FIONREAD, self._pending, True) or any(self._pending))
+            _ioctl = ioctl
+        return bool(_ioctl(self._greeting.events, _FIONREAD, self._pending, True) or any(self._pending))
+
+
+_ioctl: Any = None  # fcntl.ioctl, once asked (a call after the first: ~6 us in all)
 
 
 #: real root -> the keeper's greeting this process holds (one a store)
