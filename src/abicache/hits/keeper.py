@@ -198,7 +198,9 @@ def keep(real_root: str, name: str) -> None:
 
 def start(real_root: str, first: str = "", idle: float | None = None) -> None:
     """A keeper for this store, unless one answers already (two started at once: one binds
-    the name, the other exits); first: a record it learns as it starts."""
+    the name, the other exits); first: a record it learns as it starts. An isolated
+    interpreter (-I: no PYTHON* variable, no user site) in a session of its own, working in
+    `/`, its path abicache's folder first and no working folder on it (docs/security.md)."""
     import subprocess
 
     if idle is None:
@@ -211,7 +213,7 @@ def start(real_root: str, first: str = "", idle: float | None = None) -> None:
     parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = (f"import sys; sys.path[:] = [{parent!r}, *(p for p in sys.path if p)]; "
               "from abicache.hits.keeper import serve; serve(*sys.argv[1:])")
-    subprocess.Popen([sys.executable, "-c", script, real_root, repr(float(idle)), first],
+    subprocess.Popen([sys.executable, "-I", "-c", script, real_root, repr(float(idle)), first],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
                      start_new_session=True)
 
@@ -291,7 +293,7 @@ def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> No
     try:
         listener.bind(name)
         keeper = Keeper(real_root)
-    except OSError:
+    except (OSError, AttributeError):  # bound already; no inotify, memfd_create or /proc here
         return
     listener.listen(128)
     limit, code = float(idle), code_files()
