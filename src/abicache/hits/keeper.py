@@ -98,8 +98,8 @@ class Keeper:
 
     def refresh(self) -> None:
         """Read every event queued, and forget each record whose watch saw one."""
-        if not self.events._inotify.pending() and self.events.seen == self.seen:
-            return
+        if self.events._inotify.pending() == 0 and self.events.seen == self.seen:
+            return  # nothing queued, nothing read since (None: FIONREAD cannot tell, so read)
         with self._busy():
             self._recheck()
 
@@ -192,7 +192,7 @@ def keep(real_root: str, name: str) -> None:
     """The store's keeper learns the record of that name; one is started where none answers
     (and ABICACHE_KEEPER is not 0)."""
     idle = idle_setting()
-    if idle and _talk(real_root, b"learn " + name.encode()) != b"ok":
+    if idle and _talk(real_root, b"learn " + name.encode(), answered=False) is None:
         start(real_root, name, idle)
 
 
@@ -235,8 +235,10 @@ def wait_for(real_root: str, seconds: float = 10.0) -> bool:
     return False
 
 
-def _talk(real_root: str, question: bytes) -> bytes | None:
-    """One question to this store's keeper, its answer's line; None where none answers."""
+def _talk(real_root: str, question: bytes, answered: bool = True) -> bytes | None:
+    """One question to this store's keeper, its answer's line (answered=False: b"" once it is
+    sent, the answer not waited for: a record's writer does not wait while the keeper learns
+    it); None where none greets."""
     import socket
 
     name = vouch.address(real_root)
@@ -253,7 +255,7 @@ def _talk(real_root: str, question: bytes) -> bytes | None:
             return None
         greeting.close()
         conn.sendall(question + b"\n")
-        return vouch.line(conn)
+        return vouch.line(conn) if answered else b""
     except OSError:
         return None
     finally:
