@@ -84,10 +84,11 @@ def address(real_root: str) -> bytes | None:
 
 
 def tag(record: str, identity: tuple[int, int, int, int]) -> bytes:
-    """What a record's slot holds beside its generation: its name and the file's identity."""
-    import hashlib
+    """What a record's slot holds beside its generation: its name and the file's identity
+    (naming.py's sha256: OpenSSL's where loaded, else CPython's own, without its start-up)."""
+    from . import naming
 
-    return hashlib.sha256(b"%s %d %d %d %d" % (record.encode(), *identity)).digest()[:SLOT - 8]
+    return bytes.fromhex(naming._sha256_hex(b"%s %d %d %d %d" % (record.encode(), *identity)))[:SLOT - 8]
 
 
 def first_slot(record: str) -> int:
