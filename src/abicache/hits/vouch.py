@@ -15,10 +15,11 @@ the store's real root, the protocol and abicache's version. Each end checks the 
 Why a slot may be trusted (Vouched.find, Vouched.unchanged): inotify queues an event in the
 system call that changes a file, before that call returns. The keeper bumps its state's
 sequence number to odd before it reads events and to even after it has cleared the slots of
-the records they touched; a process that finds the sequence even, nothing queued on the
-instance (FIONREAD), its record's generation in its slot and the sequence unchanged knows
-that every change made before it looked was read and published, and its record's was not
-among them. Anything else (an event in flight: it asks the keeper to catch up, once; a
+the records they touched, one pass at a time. A process that finds, in this order, nothing
+queued on the instance (FIONREAD), the sequence even, and its record's generation in its slot
+knows that every change made before it looked was read (the queue is empty), that the pass
+which read it had finished (an even sequence after the read), so its clearing shows, and
+that its record's was not among them. Anything else (an event in flight: it asks the keeper to catch up, once; a
 keeper gone, whose queue then only grows) and the process checks for itself (record.py).
 
 A call likely to ask (a torch extension's) connects first (reach), so that the keeper wakes
@@ -137,12 +138,9 @@ class Vouched:
         state = self._greeting.state
         want, first = tag(record, identity), first_slot(record)
         start = SEQUENCE + SLOT * first
-        sequence = os.pread(state, SEQUENCE, 0)
-        if sequence[0] & 1 or self._waiting():
+        if self._waiting() or os.pread(state, SEQUENCE, 0)[0] & 1:  # in this order: see unchanged
             return "busy"
         slots = os.pread(state, SLOT * min(PROBE, SLOTS - first), start)
-        if os.pread(state, SEQUENCE, 0) != sequence:
-            return "busy"
         for at in range(0, len(slots), SLOT):
             if slots[at + 8:at + SLOT] == want:
                 generation = int.from_bytes(slots[at:at + 8], "little")
@@ -152,15 +150,17 @@ class Vouched:
         return "no"
 
     def unchanged(self) -> bool:
-        """Whether nothing the keeper watches for the record changed since it vouched: two
-        reads of its state and one ioctl, no round trip."""
+        """Whether nothing the keeper watches for the record changed since it vouched: one
+        ioctl and two reads of its state, no round trip. The order is what makes it sound:
+        nothing queued means the keeper has read every event made before this call, each in
+        a pass that made the sequence odd before its read and even only after the slots it
+        touched were cleared; so a sequence even after that shows every such clearing, and
+        the slot read next is at least as new (module docstring)."""
         state = self._greeting.state
         try:
-            first = os.pread(state, SEQUENCE, 0)
-            if first[0] & 1 or self._waiting():
-                return False  # the keeper is reading events, or some wait for it
-            return (int.from_bytes(os.pread(state, 8, self._at), "little") == self._generation
-                    and os.pread(state, SEQUENCE, 0) == first)
+            if self._waiting() or os.pread(state, SEQUENCE, 0)[0] & 1:
+                return False  # events wait for the keeper, or it is reading some
+            return int.from_bytes(os.pread(state, 8, self._at), "little") == self._generation
         except OSError:
             return False
 
