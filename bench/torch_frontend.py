@@ -15,6 +15,7 @@ Rounds alternate the two tools; this machine runs in two speeds ~30% apart, so 5
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -118,9 +119,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="abicache-torch-bench-"))
     env = {"ABICACHE_DIR": str(work / "abicache"), "TORCH_EXTENSIONS_DIR": str(work / "torch_ext"),
            "ABICACHE_PROGRESS": "0"}
-    measured = measure(env, args.rounds)
+    try:
+        measured = measure(env, args.rounds)
+        stable = stable_cold(env)
+    finally:  # the builds, and with the store the keeper its first build started (it leaves when the store goes)
+        shutil.rmtree(work, ignore_errors=True)
     ours, theirs = measured["abicache"], measured["torch"]
-    stable = stable_cold(env)
     table = Table(title="abicache.torch vs torch.utils.cpp_extension.load_inline (pybind module, same source, "
                         f"medians of {args.rounds} rounds)",
                   title_justify="left")
