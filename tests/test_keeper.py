@@ -132,6 +132,46 @@ def test_a_torch_call_reaches_the_keeper_early_and_a_process_is_greeted_once(
     assert again is not None and again.unchanged()
 
 
+TORCH_CALL = """
+import json, sys
+import torch
+import abicache.torch as at
+from abicache import Cache, cc
+mod = at.load_inline({name!r}, [{code!r}], functions=["add"], cache=Cache(sys.argv[1]))
+held = next(iter(cc._loaded.values()))[0]
+print(json.dumps([mod.add(2, 3), type(held).__name__, type(getattr(held, "_watch", None)).__name__]))
+"""
+
+
+def test_a_torch_extension_after_import_torch_stands_on_the_keepers_word(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call the keeper was built for: a torch extension's record (~700 witnesses), its
+    process connected before it named its call (vouch.reach), served on the keeper's word."""
+    need("cc")
+    from shared_builds import ADD, ADD_EXT, torch_extension_store
+
+    from abicache import Cache
+    from abicache.hits import native
+
+    root = torch_extension_store(tmp_path_factory, tmp_path / "store")
+    assert native.build(str(Cache(root).store.layout.tools), "cc")  # the native check a build beside it makes
+    monkeypatch.setenv("ABICACHE_KEEPER", "120")
+    code = TORCH_CALL.format(name=ADD_EXT, code=ADD)
+    seen = []
+    try:
+        for _ in range(20):  # the first process writes the record and starts the keeper; it learns the record
+            done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
+                                  timeout=300, env=_env())
+            assert done.returncode == 0, done.stderr
+            seen.append(json.loads(done.stdout.splitlines()[-1]))
+            if seen[-1] == [5, "Served", "Vouched"]:
+                break
+            time.sleep(0.05)
+        assert seen[-1] == [5, "Served", "Vouched"], seen
+    finally:
+        keeper.stop(os.path.realpath(root))
+
+
 @pytest.mark.parametrize("keeper_then", ["alive", "killed"])
 def test_an_edit_after_the_keeper_vouched_is_the_next_calls_rebuild(kept, keeper_then: str) -> None:
     """Later calls read the keeper's state and ask the kernel whether events wait for it; a
