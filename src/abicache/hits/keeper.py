@@ -104,7 +104,9 @@ class Keeper:
             self._recheck()
 
     def _recheck(self) -> None:
-        for key, kept in list(self.kept.items()):
+        with self.events.lock:  # the queue emptied even where no record held asks it: the watches of
+            self.events.drain()  # records forgotten stay armed, and an event left there would make every
+        for key, kept in list(self.kept.items()):  # asker busy and the poll loop spin
             if not kept.watch.unchanged():  # type: ignore[attr-defined]
                 self._forget(key)
         self.seen = self.events.seen
@@ -173,8 +175,8 @@ def _watched(data: bytes, real: str) -> object | None:
     armed = watch.Watch((), (), None, native, plan)
     if armed.marks is None:
         return None  # out of watches: a keeper that cannot see a change vouches for nothing
-    built = parsed.built
-    held = native.hold(built.kinds.encode(), parsed.held()[record._after(parsed.held(), parsed.start):], built.numbers) \
+    built, paths = parsed.built, parsed.held()
+    held = native.hold(built.kinds.encode(), paths[record._after(paths, parsed.start):], built.numbers) \
         if native is not None else record._hold(built.items())
     if not held or not record._hold(mine) or record._listing(os.listdir(parsed.folder())) != parsed.fields[4]:
         return None
