@@ -102,7 +102,7 @@ call = lambda: at.load_inline("floorext", "int answer() {{ return 7; }}", functi
 """),
     # A process whose environment no record names yet (a new variable: the first process after
     # a change): its first call takes the full lookup, which writes the record its second call
-    # then stands on (cc.py _recorded).
+    # then stands on (hits/record.py recorded).
     "a torch extension, its first call the full lookup": (True, """
 import os, torch
 import abicache.torch as at

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from abicache import Cache, cc
-from abicache.hits import naming, record, tally, writer
+from abicache import hits
+from abicache.hits import record, tally, writer
 from conftest import need, run_py
 
 SRC = 'extern "C" int answer() { return 7; }'
@@ -90,7 +91,7 @@ def test_the_default_stores_memo_follows_abicache_dir(tmp_path: Path, monkeypatc
 def test_the_layout_names_match_the_store() -> None:
     from abicache.store import counters, layout, logs
 
-    assert record.LAYOUT == layout.LAYOUT_VERSION
+    assert hits.LAYOUT == layout.LAYOUT_VERSION
     assert (tally._LOG, tally._MAX_BYTES) == (counters.LOG, logs.MAX_BYTES)
 
 
@@ -131,7 +132,7 @@ def test_what_moved_sends_the_call_the_full_way(root: Path, tmp_path: Path, monk
                                                change: str) -> None:
     built = _built(root)
     lib_file = next((built / "v3" / "entries" / "cc.library").glob("*/*.*/libanswer.so"))
-    records = list(Path(record.folder(os.path.realpath(built))).iterdir())
+    records = list(Path(hits.folder(os.path.realpath(built))).iterdir())
     if change == "chmod the library":
         os.chmod(lib_file, 0o555)  # its ctime moves: the full check hashes it again
     elif change == "rewrite the library":  # a byte written over itself (not truncated: this process maps it)
@@ -276,7 +277,7 @@ def test_the_second_call_after_a_full_lookup_stands_on_the_record_it_wrote(
     the lookup's own witnesses in Python; the module is the one already loaded, and an edit
     after it is still the next call's rebuild."""
     from abicache.core.artifact import Artifact
-    from abicache.hits.record import Served
+    from abicache.hits import Served
     from abicache.store import deps
 
     project, sources = _header_project(root, tmp_path)
@@ -376,7 +377,7 @@ def test_no_record_is_written_for_what_a_record_cannot_witness(root: Path, monke
     cc._loaded.clear()
     writer._noted.clear()
     cc.load_library("answer", [SRC], cache=make())
-    folder = Path(record.folder(os.path.realpath(root)))
+    folder = Path(hits.folder(os.path.realpath(root)))
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
@@ -410,34 +411,34 @@ def test_a_record_of_the_default_store_needs_a_config_file_without_dir(tmp_path:
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ABICACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert naming.default_root() == str(tmp_path / "cache" / "abicache")
+    assert hits.default_root() == str(tmp_path / "cache" / "abicache")
     config = tmp_path / "config-home" / "abicache" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text('max_size = "10G"\n')
-    assert naming.default_root() == str(tmp_path / "cache" / "abicache")
+    assert hits.default_root() == str(tmp_path / "cache" / "abicache")
     config.write_text(f'dir = "{tmp_path}/elsewhere"\n')
-    assert naming.default_root() is None
+    assert hits.default_root() is None
     config.write_text('"\\u0064ir" = "/elsewhere"\n')
-    assert naming.default_root() is None
+    assert hits.default_root() is None
 
 
 def test_the_name_holds_the_call_the_store_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    call = naming.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O3"], ldflags=())
+    call = hits.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O3"], ldflags=())
     assert call is not None
-    first = naming.name(call, "/s")
-    assert naming.name(call, "/s") == first
-    assert naming.name(call, "/t") != first
-    assert naming.name(naming.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O2"], ldflags=()), "/s") != first
+    first = hits.name(call, "/s")
+    assert hits.name(call, "/s") == first
+    assert hits.name(call, "/t") != first
+    assert hits.name(hits.call_of("cc.library", "x", [SRC], lang=None, cflags=["-O2"], ldflags=()), "/s") != first
     monkeypatch.setenv("ABICACHE_TEST_ANYTHING", "1")
-    assert naming.name(call, "/s") != first
-    assert naming.call_of("cc.library", "x", [object()]) is None  # not a source a record can name
+    assert hits.name(call, "/s") != first
+    assert hits.call_of("cc.library", "x", [object()]) is None  # not a source a record can name
 
 
 def test_the_name_is_the_same_with_hashlib_loaded_or_not() -> None:
     """A process that imported hashlib (torch does) names a record with it, one that did not
     with values/digest.py's choice: the same name, so the one's record serves the other."""
-    code = ("import sys{first}\nfrom abicache.hits import naming\n"
-            "print('hashlib' in sys.modules, naming.name(b'the call', '/s'))")
+    code = ("import sys{first}\nfrom abicache import hits\n"
+            "print('hashlib' in sys.modules, hits.name(b'the call', '/s'))")
     names = {}
     for first in ("", "; import hashlib"):
         out = run_py(code.format(first=first), env={"ABICACHE_TEST_SAME": "1"})
@@ -449,7 +450,7 @@ def test_the_name_is_the_same_with_hashlib_loaded_or_not() -> None:
 
 def test_a_damaged_record_serves_nothing(root: Path) -> None:
     built = _built(root)
-    for r in Path(record.folder(os.path.realpath(built))).iterdir():
+    for r in Path(hits.folder(os.path.realpath(built))).iterdir():
         data = r.read_bytes()
         os.chmod(r, 0o600)
         r.write_bytes(data[: len(data) // 2])
@@ -461,7 +462,7 @@ def test_gc_removes_records_it_has_no_use_for(root: Path) -> None:
     built = _built(root)
     from abicache.store import gc
 
-    folder = Path(record.folder(os.path.realpath(built)))
+    folder = Path(hits.folder(os.path.realpath(built)))
     old = folder / ("0" * 64)
     old.write_bytes(b"abicache-hit 1 0 0\n")
     os.utime(old, (time.time() - 30 * 86400,) * 2)
@@ -472,9 +473,9 @@ def test_gc_removes_records_it_has_no_use_for(root: Path) -> None:
 
 def test_a_record_is_private_to_its_writer(root: Path) -> None:
     built = _built(root)
-    for r in Path(record.folder(os.path.realpath(built))).iterdir():
+    for r in Path(hits.folder(os.path.realpath(built))).iterdir():
         assert stat.S_IMODE(r.stat().st_mode) == 0o600
-    assert sys.platform != "linux" or os.stat(record.folder(os.path.realpath(built))).st_uid == os.geteuid()
+    assert sys.platform != "linux" or os.stat(hits.folder(os.path.realpath(built))).st_uid == os.geteuid()
 
 
 def test_an_edit_between_the_lookup_and_its_record_is_not_recorded(root: Path, tmp_path: Path,
@@ -539,7 +540,7 @@ def test_a_cpp_library_is_served_only_with_the_cpp_runtime_it_was_judged_with(ro
 
 
 def test_a_forked_child_does_not_count_its_parents_served_hits_again(tmp_path: Path) -> None:
-    """Neither the counts nor the hits a served call left to count at exit (cc.py _count)."""
+    """Neither the counts nor the hits a served call left to count at exit (hits/__init__.py _count)."""
     tally._pending.clear()
     earlier, cc._served[:] = list(cc._served), []  # this worker's earlier tests' served calls
     entry = str(tmp_path / "v3" / "entries" / "cc.library" / "ab" / "abcd.ef")
@@ -560,4 +561,4 @@ def test_a_working_directory_removed_is_no_record(tmp_path: Path, monkeypatch: p
     gone.mkdir()
     monkeypatch.chdir(gone)
     gone.rmdir()
-    assert naming.name(b"call", "/s") is None  # no name, no record: the full lookup decides
+    assert hits.name(b"call", "/s") is None  # no name, no record: the full lookup decides

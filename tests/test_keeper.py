@@ -1,4 +1,4 @@
-"""The store's keeper (src/abicache/hits/keeper.py, vouch.py): a process of this user that
+"""The store's keeper (src/abicache/hits/keeper.py, hits.py): a process of this user that
 watches what large hit records depend on, so that a fresh process's hit asks it once instead
 of checking ~700 files; never trusted for a change it has not read, never another user's."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from abicache.hits import keeper, record, vouch
+from abicache import hits
+from abicache.hits import keeper
 from conftest import need
 
 LARGE = '#include <bits/stdc++.h>\n#include "answer.h"\nextern "C" int answer() { return std::max(ANSWER, 0); }'
@@ -42,7 +43,7 @@ def _env() -> dict[str, str]:
     """The children's environment: one for every phase of a test (pytest sets
     PYTEST_CURRENT_TEST anew for each, and a record's name holds the environment)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-    return {**env, "PYTHONPATH": str(Path(record.__file__).parents[2])}
+    return {**env, "PYTHONPATH": str(Path(hits.__file__).parents[2])}
 
 
 def _calls(root: Path, include: Path, *edits: str, stdin: str = "") -> list[object]:
@@ -65,8 +66,8 @@ def _recorded(tmp_path: Path) -> tuple[Path, Path, str, str, tuple[int, int, int
             break
         time.sleep(0.05)
     real = os.path.realpath(root)
-    name = os.listdir(record.folder(real))[0]
-    _, identity = record.read_identified(os.path.join(record.folder(real), name))  # type: ignore[misc]
+    name = os.listdir(hits.folder(real))[0]
+    _, identity = hits.read_identified(os.path.join(hits.folder(real), name))  # type: ignore[misc]
     return root, include, real, name, identity
 
 
@@ -110,25 +111,25 @@ def test_a_large_records_next_process_stands_on_the_keepers_word_and_an_edit_is_
 
 def test_a_torch_call_reaches_the_keeper_early_and_a_process_is_greeted_once(
         kept, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A torch call connects before it names its call (vouch.reach), so that the keeper's
+    """A torch call connects before it names its call (hits.reach), so that the keeper's
     greeting waits for it when its record is read; a process greeted once reads the state
     alone for its later records of that store."""
     root, _, real = kept
-    name = next(n for n in os.listdir(record.folder(real)))
-    _, identity = record.read_identified(os.path.join(record.folder(real), name))  # type: ignore[misc]
-    vouch._greeted.pop(real, None)
-    silent = vouch._connect(real)  # another process's early connection, not asking yet: no one waits for it
+    name = next(n for n in os.listdir(hits.folder(real)))
+    _, identity = hits.read_identified(os.path.join(hits.folder(real), name))  # type: ignore[misc]
+    hits._greeted.pop(real, None)
+    silent = hits._connect(real)  # another process's early connection, not asking yet: no one waits for it
     assert silent is not None
-    vouch.reach(str(root))
-    assert real in vouch._reached
-    first = vouch.ask(real, name, identity)
-    assert first is not None and vouch._reached == {} and real in vouch._greeted
+    hits.reach(str(root))
+    assert real in hits._reached
+    first = hits.ask(real, name, identity)
+    assert first is not None and hits._reached == {} and real in hits._greeted
     silent.close()
-    vouch.reach(str(root))
-    vouch.leave()  # what no ask took
-    assert vouch._reached == {}
-    monkeypatch.setattr(vouch, "_connect", lambda real_root: pytest.fail("connected again"))
-    again = vouch.ask(real, name, identity)
+    hits.reach(str(root))
+    hits.leave()  # what no ask took
+    assert hits._reached == {}
+    monkeypatch.setattr(hits, "_connect", lambda real_root: pytest.fail("connected again"))
+    again = hits.ask(real, name, identity)
     assert again is not None and again.unchanged()
 
 
@@ -146,7 +147,7 @@ print(json.dumps([mod.add(2, 3), type(held).__name__, type(getattr(held, "_watch
 def test_a_torch_extension_after_import_torch_stands_on_the_keepers_word(
         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The call the keeper was built for: a torch extension's record (~700 witnesses), its
-    process connected before it named its call (vouch.reach), served on the keeper's word."""
+    process connected before it named its call (hits.reach), served on the keeper's word."""
     need("cc")
     from shared_builds import ADD, ADD_EXT, torch_extension_store
 
@@ -190,7 +191,7 @@ def test_a_keeper_that_has_not_read_an_event_is_not_trusted(tmp_path: Path) -> N
     held = keeper.Keeper(real)
     held.learn(name)
     assert len(held.kept) == 1
-    vouched = vouch.Vouched(vouch.Greeting(*(os.dup(fd) for fd in held.fds())))
+    vouched = hits.Vouched(hits.Greeting(*(os.dup(fd) for fd in held.fds())))
     assert vouched.find(name, identity) == "yes" and vouched.unchanged()
     assert vouched.find(name, (identity[0] + 1, *identity[1:])) == "no"  # another record file
     os.pwrite(held.state, (held.sequence + 1).to_bytes(8, "little"), 0)  # as while it reads events
@@ -212,11 +213,11 @@ def test_a_keeper_that_has_not_read_an_event_is_not_trusted(tmp_path: Path) -> N
 FAKE = """
 import os, socket, sys
 real, tag, first = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3])
-from abicache.hits import vouch
-name = vouch.address(real)
+from abicache import hits
+name = hits.address(real)
 state = os.memfd_create("fake")
-os.ftruncate(state, vouch.SEQUENCE + vouch.SLOT * vouch.SLOTS)
-os.pwrite(state, (1).to_bytes(8, "little") + tag, vouch.SEQUENCE + vouch.SLOT * first)
+os.ftruncate(state, hits.SEQUENCE + hits.SLOT * hits.SLOTS)
+os.pwrite(state, (1).to_bytes(8, "little") + tag, hits.SEQUENCE + hits.SLOT * first)
 events = os.eventfd(0)
 os.setgid(65534)
 os.setuid(65534)
@@ -227,7 +228,7 @@ print("ready", flush=True)
 while True:
     conn, _ = server.accept()
     fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (events, state))
-    conn.sendmsg([vouch.FORMAT + b"\\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    conn.sendmsg([hits.KEEPER_FORMAT + b"\\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     conn.close()
 """
 
@@ -238,12 +239,12 @@ def test_another_users_keeper_is_never_believed(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to run a process as another user")
     root, include, real, name, identity = _recorded(tmp_path)
-    fake = subprocess.Popen([sys.executable, "-c", FAKE, real, vouch.tag(name, identity).hex(),
-                             str(vouch.first_slot(name))], stdout=subprocess.PIPE, text=True,
+    fake = subprocess.Popen([sys.executable, "-c", FAKE, real, hits.tag(name, identity).hex(),
+                             str(hits.first_slot(name))], stdout=subprocess.PIPE, text=True,
                             env=_env())
     try:
         assert fake.stdout is not None and fake.stdout.readline().strip() == "ready"
-        assert vouch.ask(real, name, identity) is None
+        assert hits.ask(real, name, identity) is None
         (include / "answer.h").write_text("#define ANSWER 8\n")
         assert _calls(root, include)[0] == 8
     finally:
@@ -256,7 +257,7 @@ def test_the_keeper_greets_no_other_user(kept) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to run a process as another user")
     _, _, real = kept
-    code = ("import os, socket, sys\nfrom abicache.hits import vouch\nname = vouch.address(sys.argv[1])\n"
+    code = ("import os, socket, sys\nfrom abicache import hits\nname = hits.address(sys.argv[1])\n"
             "os.setgid(65534)\nos.setuid(65534)\nconn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
             "conn.settimeout(5)\nconn.connect(name)\n"
             "data, ancillary, _, _ = conn.recvmsg(64, socket.CMSG_SPACE(8))\nprint(repr(data), len(ancillary))")
@@ -332,14 +333,14 @@ def test_the_command_starts_shows_and_stops_it(tmp_path: Path) -> None:
 
 
 def test_the_cpp_runtime_is_asked_of_the_loader(tmp_path: Path) -> None:
-    """record._runs: the libstdc++ this process loads is that file, by the loader's own
+    """hits._runs: the libstdc++ this process loads is that file, by the loader's own
     answer; a copy of the same library at another path is not."""
     from abicache.native.loaded import libstdcxx_path
 
     loaded = libstdcxx_path()
     if loaded is None:
         pytest.skip("no C++ runtime here")
-    assert record._runs(loaded) and record._runs(os.path.realpath(loaded))
+    assert hits._runs(loaded) and hits._runs(os.path.realpath(loaded))
     copy = tmp_path / "libstdc++.so.6"
     copy.write_bytes(Path(loaded).read_bytes())
-    assert not record._runs(str(copy)) and not record._runs(str(tmp_path / "none.so"))
+    assert not hits._runs(str(copy)) and not hits._runs(str(tmp_path / "none.so"))

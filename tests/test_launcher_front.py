@@ -76,8 +76,8 @@ def test_the_front_names_a_record_as_python_does(front: Path, tmp_path: Path, od
     env = environment(ODD_VARIABLE="caf\udce9 = x".encode("utf-8", "surrogateescape").decode("latin-1"),
                       MAKEFLAGS=f" -j4 --jobserver-auth=fifo:/tmp/GMfifo{os.getpid()}", _="/usr/bin/make")
     words = [*WORDS, f"-DNAME={odd}"]
-    code = ("import sys; from abicache.launcher import records; from abicache.hits import naming; "
-            "print(records.name(naming.default_root(), sys.argv[1:]))")
+    code = ("import sys; from abicache.launcher import records; from abicache import hits; "
+            "print(records.name(hits.default_root(), sys.argv[1:]))")
     python = subprocess.run([sys.executable, "-c", code, *words], cwd=folder, env=env, capture_output=True,
                             text=True, check=True)
     native = subprocess.run([str(front), "--abicache-name", *words], cwd=folder, env=env, capture_output=True,

@@ -1,4 +1,4 @@
-"""A torch extension's hit record (hits/naming.py torch_call) and the native check of a large
+"""A torch extension's hit record (hits/hits.py torch_call) and the native check of a large
 record (hits/native.py, hits/witness.c): a fresh process after `import torch` is served
 without the plans, the store or the engine; a record names the torch it was found with; the
 native check says what record.py's Python check says, witness by witness."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from abicache import Cache, cc
+from abicache import Cache, cc, hits
 from abicache.hits import native, record, writer
 from conftest import need, run_py
 from shared_builds import ADD, ADD_EXT, torch_extension_store
@@ -27,7 +27,7 @@ import json, sys
 import torch
 before = set(sys.modules)
 import abicache.torch as at
-from abicache import Cache, cc
+from abicache import Cache, cc, hits
 mod = at.load_inline({name!r}, [{code!r}], functions=["add"], cache=Cache({root!r}))
 held = next(iter(cc._loaded.values()))[0]
 heavy = ("abicache.frontends.torch_plans", "abicache.frontends.cc_plans", "abicache.core.getting",
@@ -44,16 +44,16 @@ def _fresh(root: Path) -> dict[str, object]:
 
 
 def test_the_facts_a_record_names_are_those_the_lookup_probes() -> None:
-    """The record's call holds the live torch's facts (naming.torch_facts); the full lookup reads
+    """The record's call holds the live torch's facts (hits.torch_facts); the full lookup reads
     env/probes.py's: they must be the same strings, or no record would ever be written."""
     pytest.importorskip("torch")
     from abicache.env import probes
-    from abicache.hits import naming
+    from abicache import hits
 
-    live = naming.torch_facts()
+    live = hits.torch_facts()
     assert live is not None
     probed = probes.torch()
-    assert live == {name: probed[name] for name in naming.TORCH_NAMED}
+    assert live == {name: probed[name] for name in hits.TORCH_NAMED}
 
 
 def test_a_fresh_process_after_import_torch_is_served_without_the_plans(
@@ -79,12 +79,12 @@ def test_a_record_is_not_written_where_the_lookup_found_another_torch(
     for a lookup that did not happen."""
     pytest.importorskip("torch")
     import abicache.torch as at
-    from abicache.hits import naming
+    from abicache import hits
 
     root = torch_extension_store(tmp_path_factory, tmp_path / "store")
     cache = Cache(root)
     art = at.build_inline(ADD_EXT, [ADD], functions=["add"], cache=cache)
-    named = naming.torch_facts()
+    named = hits.torch_facts()
     assert named is not None
     tools = ["compiler.cxx", "torch.build"]
     assert writer.refusal(cache, art, tools, False, named) is None
@@ -97,20 +97,20 @@ def test_a_call_names_its_torch_and_refuses_what_a_record_cannot_stand_for() -> 
     pytest.importorskip("torch")
     import torch
 
-    from abicache.hits import naming
+    from abicache import hits
 
     args = {"functions": {"add": "adds"}, "verbose": False, "build_directory": None, "stable": False, "cache": None}
-    made = naming.torch_call("torch.inline", "ext", ["int x;"], args)
+    made = hits.torch_call("torch.inline", "ext", ["int x;"], args)
     assert made is not None
     call, named = made
     assert named["torch.version"].encode() in call and b"cache" not in call
-    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "build_directory": "/tmp/x"}) is None
-    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "verbose": True}) is None
-    assert naming.torch_call("torch.inline", "ext", ["int x;"], {**args, "functions": object()}) is None
+    assert hits.torch_call("torch.inline", "ext", ["int x;"], {**args, "build_directory": "/tmp/x"}) is None
+    assert hits.torch_call("torch.inline", "ext", ["int x;"], {**args, "verbose": True}) is None
+    assert hits.torch_call("torch.inline", "ext", ["int x;"], {**args, "functions": object()}) is None
     version = torch.version.git_version
     try:
         torch.version.git_version = "another"
-        other = naming.torch_call("torch.inline", "ext", ["int x;"], args)
+        other = hits.torch_call("torch.inline", "ext", ["int x;"], args)
         assert other is not None and other[0] != call  # another torch: another record
     finally:
         torch.version.git_version = version
@@ -119,7 +119,7 @@ def test_a_call_names_its_torch_and_refuses_what_a_record_cannot_stand_for() -> 
 # -- the native check -------------------------------------------------------------------------
 
 def test_a_record_too_small_for_the_native_check_is_told_so_by_the_same_number() -> None:
-    assert record._WORTH == native.WORTH
+    assert hits._WORTH == native.WORTH
 
 
 def _helper(tools: Path) -> native.Native:
@@ -433,7 +433,7 @@ def test_a_large_record_is_checked_natively_and_an_edit_still_sends_the_call_the
             "print(json.dumps([lib.answer(), type(held).__name__ == 'Served']))")
     outs = [json.loads(run_py(code).stdout) for _ in range(3)]
     assert outs[0] == [7, False] and outs[-1] == [7, True]
-    (data,) = [p.read_bytes() for p in Path(record.folder(os.path.realpath(root))).iterdir()]
+    (data,) = [p.read_bytes() for p in Path(hits.folder(os.path.realpath(root))).iterdir()]
     head, _, body = data.partition(b"\n")
     n, planned = int(head.split()[2]), int(head.split()[3])
     helper = body[n * record._WITNESS.size + planned * record._MASK.size:].split(b"\0")[8]
@@ -448,7 +448,7 @@ def test_a_large_record_is_checked_natively_and_an_edit_still_sends_the_call_the
 #: what a served call checks, in order (a child's native check and watch, logged)
 ORDER = """
 import json
-from abicache import Cache, cc
+from abicache import Cache, cc, hits
 from abicache.hits import native, record
 from abicache.store import watch
 log = []

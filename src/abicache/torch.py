@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from .cc import _fingerprint, _load_once, _record_root, _serve, _where, import_extension
+from .hits import _fingerprint, _load_once, _record_root, _serve, _where, import_extension
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -34,10 +34,9 @@ if TYPE_CHECKING:
     from .core.cache import Cache
 
 # The plans (what to build, how it is keyed) are in frontends/torch_plans.py: a call its hit
-# record serves (hits/naming.py torch_call) imports none of them. Their public names
+# record serves (hits/__init__.py torch_call) imports none of them. Their public names
 # (build_inline, plan, inline_sources, target_macro, lenient, TorchInstall, ...) are this
 # module's too (__getattr__ below).
-
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
                 sycl_sources: Sequence[str] | str | None = None, functions: Any = None,
@@ -52,9 +51,10 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Seque
     the cache: a module for python modules, else the library's path (its ops are
     then in torch.ops). Same name, new code in one process: the new module.
     newer: a parameter of a later torch abicache does not know: the call is torch's own
-    (_torchs_own), never a TypeError where torch would run it."""
+    (frontends/torch_newer.py), never a TypeError where torch would run it."""
     if newer:
-        return _torchs_own("load_inline", locals(), newer, stable=stable, target=target, cache=cache)
+        return _newer().call("load_inline", load_inline, _patch().saved.get("load_inline"), locals(), newer,
+                             stable=stable, target=target, cache=cache)
     def args() -> dict[str, Any]:  # the call's arguments, made where the memo does not answer (1.5 us a call)
         return dict(cuda_sources=cuda_sources, sycl_sources=sycl_sources, functions=functions,
                     extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_sycl_cflags=extra_sycl_cflags,
@@ -90,7 +90,8 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
     headers they read are recorded: editing one rebuilds, in this process too.
     is_standalone: an executable; its path is returned. newer: as load_inline's."""
     if newer:
-        return _torchs_own("load", locals(), newer, stable=stable, target=target, cache=cache)
+        return _newer().call("load", load, _patch().saved.get("load"), locals(), newer, stable=stable,
+                             target=target, cache=cache)
     args = {k: v for k, v in locals().items() if k not in ("name", "sources", "newer")}  # the call, as given
     if is_python_module and is_standalone:
         from .errors import UsageError
@@ -110,7 +111,7 @@ def load(name: str, sources: Sequence[str | os.PathLike[str]] | str | os.PathLik
 
 
 def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
-    """The sources as a record names them (paths, never code: hits/naming.py), made where the
+    """The sources as a record names them (paths, never code: hits/__init__.py call_of), made where the
     memo does not answer."""
     from pathlib import Path  # torch imports it anyway: a load needs torch
 
@@ -119,25 +120,25 @@ def _paths(listed: Sequence[str | os.PathLike[str]]) -> list[Any]:
 
 def _served(frontend: str, name: str, sources: Any, args: Mapping[str, Any], stable: bool,
             python_module: bool, fresh: bool = True) -> Any:
-    """The call served by its hit record (hits/naming.py torch_call), or None: the full lookup.
+    """The call served by its hit record (hits/__init__.py torch_call), or None: the full lookup.
     torch is imported first: the record names the torch this process runs, and loading the
     extension needs it anyway."""
     try:
         import torch  # noqa: F401
     except ImportError:
         return None  # the full lookup says that torch is missing
-    from .hits import naming, vouch
+    from .hits import leave, reach, torch_call
 
     root = _record_root(args["cache"]) if fresh else None
-    if root is not None:
-        vouch.reach(root)  # the store's keeper wakes while the call is named and its record read
+    real = reach(root) if root is not None else None  # the keeper wakes while the call is named and read
     try:
-        called = naming.torch_call(frontend, name, sources, args)
+        called = torch_call(frontend, name, sources, args)
         if called is None:
             return None
-        return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh)
+        return _serve(called[0], args["cache"], lambda path: _load(path, name, stable, python_module), fresh,
+                      root, real)
     finally:
-        vouch.leave()
+        leave()
 
 
 def _plans() -> Any:
@@ -146,34 +147,11 @@ def _plans() -> Any:
     return torch_plans
 
 
-#: abicache's own keywords of load and load_inline, which torch's functions do not take
-_OURS = ("stable", "target", "cache", "newer")
+def _newer() -> Any:
+    """frontends/torch_newer.py: a call with a parameter of a newer torch, torch's own."""
+    from .frontends import torch_newer
 
-
-def _torchs_own(function: str, given: Mapping[str, Any], newer: Mapping[str, Any], **ours: Any) -> Any:
-    """A call with a parameter of a newer torch than abicache knows, handed to torch's own
-    function (uncached), with one warning naming it: every torch release may add one, and
-    the drop-in must not turn it into a TypeError in someone's program. The arguments given
-    are passed on as keywords, those left at torch's defaults not at all (an older torch may
-    lack them); a parameter torch does not know either is torch's own TypeError."""
-    import importlib
-    import inspect
-
-    from .errors import UsageError, warn_once
-
-    mine = globals()[function]
-    if any(value is not None and value is not False for value in ours.values()):
-        named = ", ".join(f"{k}=" for k, v in ours.items() if v is not None and v is not False)
-        raise UsageError(f"abicache.torch.{function}: {', '.join(sorted(newer))} is not a parameter abicache "
-                         f"knows, and torch's own {function} takes no {named}: drop one or the other")
-    defaults = {p.name: p.default for p in inspect.signature(mine).parameters.values()}
-    passed = {k: v for k, v in given.items() if k not in _OURS and k in defaults and v is not defaults[k]}
-    original = _patch().saved.get(function) or getattr(importlib.import_module("torch.utils.cpp_extension"), function)
-    if original is mine:
-        raise UsageError(f"abicache.torch.{function}: torch's own {function} cannot be found (it was replaced)")
-    warn_once(f"abicache.torch.{function}: {', '.join(sorted(newer))} is a parameter of a newer torch than "
-              f"abicache knows; this call runs torch's own {function}, uncached (upgrade abicache to cache it)")
-    return original(**passed, **newer)
+    return torch_newer
 
 
 def _load(path: str, name: str, stable: bool, python_module: bool) -> Any:
@@ -184,49 +162,11 @@ def _load(path: str, name: str, stable: bool, python_module: bool) -> Any:
     if python_module:
         return import_extension(name, path)
     if stable:
-        _one_build_per_op_library(path, name)
+        from .frontends import torch_oplibs
+
+        torch_oplibs.one_build(path, name)
     torch.ops.load_library(path)
     return path
-
-
-#: the stable op libraries loaded in this process: path -> extension name
-_stable_loaded: dict[str, str] = {}
-_stable_namespaces: dict[str, frozenset[str]] = {}  # path -> the namespaces it defines, once read
-_STABLE_LIBRARY = rb"STABLE_TORCH_LIBRARY_static_init_(\w+)\x00"  # in .symtab (compiled by re once used)
-
-
-def _one_build_per_op_library(path: str, name: str) -> None:
-    """torch crashes (SIGSEGV in torch.ops.load_library) when a second build of
-    one STABLE_TORCH_LIBRARY namespace is loaded into a process that has the
-    first: refuse it with the reason instead. A library's namespaces are read
-    (the whole file) only once a second library comes: the first of a process,
-    the common case, is loaded without reading it."""
-    if path not in _stable_loaded and _stable_loaded:
-        found = _namespaces_of(path, name)
-        for loaded, other in _stable_loaded.items():
-            for ns in sorted(found & _namespaces_of(loaded, other)):
-                from .errors import UsageError
-
-                raise UsageError(f"the stable op library {ns!r} is already loaded in this process from {loaded}; "
-                                 f"torch cannot load a second build of it ({path}) without crashing. Start a new "
-                                 "process to use the new build, or give the new code another library name")
-    _stable_loaded[path] = name
-
-
-def _namespaces_of(path: str, name: str) -> frozenset[str]:
-    """The namespaces a stable op library defines; a stripped one, or one whose entry was
-    evicted since this process loaded it, is known by its extension name."""
-    found = _stable_namespaces.get(path)
-    if found is None:
-        import re
-
-        try:
-            with open(path, "rb") as f:
-                found = frozenset(n.decode() for n in re.findall(_STABLE_LIBRARY, f.read()))
-        except OSError:
-            found = frozenset()
-        found = _stable_namespaces[path] = found or frozenset({f"({name})"})
-    return found
 
 
 _patches: list[Any] = []

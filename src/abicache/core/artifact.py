@@ -61,7 +61,7 @@ class Artifact:
         return not self.manifest.recorded or (self.watch is not None and self.watch())
 
     def unasked(self) -> bool:
-        """Whether its dependencies' watch was never asked (cc.py _recorded: the second call
+        """Whether its dependencies' watch was never asked (hits/record.py recorded: the second call
         of a process whose first took the full lookup)."""
         return self.watch is not None and not self.watch.asked
 

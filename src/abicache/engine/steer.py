@@ -81,7 +81,7 @@ def fingerprint(*variables: str) -> tuple[Any, ...]:
     """A cheap picture of these variables and of every steering one, for
     in-process memos (never looser than the key), read from os.environ's own
     table (os.environ.get costs 100 ns a name). The frontends' memo compares the
-    whole table instead (cc.py _load_once): one comparison, where this cost 2.7 us."""
+    whole table instead (hits/__init__.py _load_once): one comparison, where this cost 2.7 us."""
     keys = _encoded.get(variables)
     if keys is None:
         names = (*variables, *ENVIRONMENT, *FLAG_SOURCES)

@@ -37,7 +37,7 @@ LINES_MEMO = "cpp_extension build lines v1"
 
 
 def files(named: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
-    """The files of this torch a lookup reads beyond its facts (hits/naming.py torch_facts),
+    """The files of this torch a lookup reads beyond its facts (hits/__init__.py torch_facts),
     each with the name of its memo under the store's tools/ (None: read, not memoized): a hit
     record witnesses them (hits/writer.py)."""
     import os

@@ -386,13 +386,13 @@ def build_load(name: str, sources: Any, args: Mapping[str, Any]) -> Artifact:
 
 
 def _recorded(made: Plan, cache: Cache, frontend: str, name: str, sources: Any, args: Mapping[str, Any]) -> Artifact:
-    """The plan's artifact, and the hit record of the call (hits/naming.py torch_call) where
+    """The plan's artifact, and the hit record of the call (hits/__init__.py torch_call) where
     one may stand for it: the next process's same call after `import torch` is served by it."""
     from ..cc import _run
-    from ..hits import naming
+    from .. import hits
     from . import torch_lines
 
-    called = naming.torch_call(frontend, name, sources, args)
+    called = hits.torch_call(frontend, name, sources, args)
     if called is None:
         return made.run(cache)
     call, named = called

@@ -1,10 +1,10 @@
 """The store's keeper: a process of this user that watches what large hit records depend
-on, so that a fresh process's hit asks it once (vouch.py) instead of checking ~700 files and
+on, so that a fresh process's hit asks it once (hits/__init__.py) instead of checking ~700 files and
 arming its own watch of them (issue 49: a torch extension's load at 3x its floor).
 
 Started by a full lookup that wrote a record large enough for the native check (writer.py;
 a hit starts none), or by `abicache keeper start`. One keeper a store and view of files
-(vouch.address): a second one started finds the name bound and exits. It exits after
+(hits.address): a second one started finds the name bound and exits. It exits after
 ABICACHE_KEEPER seconds without a visitor, when the store's root is gone, when a file of
 abicache's it imported changed, or when asked (`abicache keeper stop`); its state is then
 left odd for good, and processes holding it check for themselves.
@@ -18,7 +18,7 @@ before they are checked, as a hit's own watch is; a record whose watch could not
 (out of watches) is not held.
 
 The protocol: the keeper greets a visitor of its user with `<FORMAT>\n` and two descriptors,
-its inotify instance and its state, read-only (vouch.py says how a visitor reads them). Then
+its inotify instance and its state, read-only (hits/__init__.py says how a visitor reads them). Then
 lines, each answered: `sync` (read what is queued: `ok`), `learn <record name>` (hold that
 record, read as a hit reads it: `ok`), `status` (one line of JSON), `stop` (`bye`, and it
 exits). A generation is never reused: a slot cleared and filled again holds a new one.
@@ -31,7 +31,8 @@ import sys
 import time
 from contextlib import contextmanager
 
-from . import record, vouch
+from .. import hits
+from . import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Keeper:
             raise OSError("no inotify instance")
         self.events = events
         self.state = os.memfd_create("abicache-keeper", getattr(os, "MFD_CLOEXEC", 1))
-        os.ftruncate(self.state, vouch.SEQUENCE + vouch.SLOT * vouch.SLOTS)
+        os.ftruncate(self.state, hits.SEQUENCE + hits.SLOT * hits.SLOTS)
         # what askers get: the state, read-only (they read it, only the keeper writes it)
         self.shown = os.open(f"/proc/self/fd/{self.state}", os.O_RDONLY | os.O_CLOEXEC)
         self.sequence, self.seen, self.generations = 0, 0, 0
@@ -89,12 +90,12 @@ class Keeper:
     def _busy(self) -> Iterator[None]:
         """Odd while it reads events and marks what they touched: askers do not trust a slot then."""
         self.sequence += 1
-        self._write(0, self.sequence.to_bytes(vouch.SEQUENCE, "little"))
+        self._write(0, self.sequence.to_bytes(hits.SEQUENCE, "little"))
         try:
             yield
         finally:
             self.sequence += 1
-            self._write(0, self.sequence.to_bytes(vouch.SEQUENCE, "little"))
+            self._write(0, self.sequence.to_bytes(hits.SEQUENCE, "little"))
 
     def refresh(self) -> None:
         """Read every event queued, and forget each record whose watch saw one."""
@@ -113,7 +114,7 @@ class Keeper:
 
     def _forget(self, key: tuple[str, bytes]) -> None:
         kept = self.kept.pop(key)
-        self._write(vouch.SEQUENCE + vouch.SLOT * kept.slot, bytes(8))
+        self._write(hits.SEQUENCE + hits.SLOT * kept.slot, bytes(8))
         self.used.discard(kept.slot)
 
     def learn(self, name: str) -> None:
@@ -121,11 +122,11 @@ class Keeper:
         hit reads it, its watch armed, then every witness but the asker's own checked."""
         if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
             return
-        got = record.read_identified(os.path.join(record.folder(self.root), name))
+        got = hits.read_identified(os.path.join(hits.folder(self.root), name))
         if got is None:
             return
         data, identity = got
-        tag = vouch.tag(name, identity)
+        tag = hits.tag(name, identity)
         if (name, tag) in self.kept:
             return
         with self._busy():  # arming drains events others' watches wait for: they are looked at below
@@ -137,12 +138,12 @@ class Keeper:
                 self.generations += 1
                 self.kept[(name, tag)] = Kept(watch, slot, self.generations)
                 self.used.add(slot)
-                self._write(vouch.SEQUENCE + vouch.SLOT * slot, self.generations.to_bytes(8, "little") + tag)
+                self._write(hits.SEQUENCE + hits.SLOT * slot, self.generations.to_bytes(8, "little") + tag)
             self._recheck()
 
     def _free(self, name: str) -> int | None:
-        first = vouch.first_slot(name)
-        for slot in range(first, min(first + vouch.PROBE, vouch.SLOTS)):
+        first = hits.first_slot(name)
+        for slot in range(first, min(first + hits.PROBE, hits.SLOTS)):
             if slot not in self.used:
                 return slot
         return None
@@ -166,7 +167,7 @@ def _watched(data: bytes, real: str) -> object | None:
     links = {p for k, p, _ in mine if k == "l" and os.path.islink(p)}  # the key's link: its own inode, not a target
     files = [p for k, p, _ in mine if k in "lsfnk" and p not in links]
     folders = {*(p for k, p, _ in mine if k == "d"), *(_existing(os.path.dirname(p)) for k, p, _ in mine if k in "am"),
-               *(os.path.dirname(p) for p in links), parsed.folder()}
+               *(os.path.dirname(p) for p in links), os.fsdecode(parsed.fields[3])}
     plan = dict(parsed.plan)
     for path, mask in [*watch.plan(files, sorted(folders)),
                        *((link, watch.masks()[0] | inotify.IN_DONT_FOLLOW) for link in links)]:
@@ -175,10 +176,11 @@ def _watched(data: bytes, real: str) -> object | None:
     armed = watch.Watch((), (), None, native, plan)
     if armed.marks is None:
         return None  # out of watches: a keeper that cannot see a change vouches for nothing
-    built, paths = parsed.built, parsed.held()
+    built, paths = parsed.built, record.held(parsed)
     held = native.hold(built.kinds.encode(), paths[record._after(paths, parsed.start):], built.numbers) \
         if native is not None else record._hold(built.items())
-    if not held or not record._hold(mine) or record._listing(os.listdir(parsed.folder())) != parsed.fields[4]:
+    names = record._listing(os.listdir(os.fsdecode(parsed.fields[3])))
+    if not held or not record._hold(mine) or names != parsed.fields[4]:
         return None
     return armed
 
@@ -207,7 +209,7 @@ def start(real_root: str, first: str = "", idle: float | None = None) -> None:
 
     if idle is None:
         idle = idle_setting()
-    name = vouch.address(real_root)
+    name = hits.address(real_root)
     if name is None or not idle:
         return
     if status(real_root) is not None:
@@ -243,21 +245,21 @@ def _talk(real_root: str, question: bytes, answered: bool = True) -> bytes | Non
     it); None where none greets."""
     import socket
 
-    name = vouch.address(real_root)
+    name = hits.address(real_root)
     if name is None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         conn.settimeout(2.0)
         conn.connect(name)
-        if vouch.peer(conn) != os.geteuid():
+        if hits.peer(conn) != os.geteuid():
             return None
-        greeting = vouch.greeted(conn)
+        greeting = hits.greeted(conn)
         if greeting is None:
             return None
         greeting.close()
         conn.sendall(question + b"\n")
-        return vouch.line(conn) if answered else b""
+        return hits.line(conn) if answered else b""
     except OSError:
         return None
     finally:
@@ -285,12 +287,12 @@ def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> No
     """Bind the store's name (or leave: another keeps it) and answer until idle, the store
     gone, abicache's code changed, or asked to stop (module docstring). Visitors are greeted
     as they connect and their lines answered as they come, never one waited for: a process
-    that connected early (vouch.reach) asks a millisecond later, and eight ranks of a job
+    that connected early (hits.reach) asks a millisecond later, and eight ranks of a job
     starting at once must not queue behind it."""
     import select
     import socket
 
-    name = vouch.address(real_root)
+    name = hits.address(real_root)
     if name is None:
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -337,7 +339,7 @@ def serve(real_root: str, idle: str = repr(IDLE_SECONDS), first: str = "") -> No
                     return
     finally:
         keeper.sequence |= 1
-        keeper._write(0, keeper.sequence.to_bytes(vouch.SEQUENCE, "little"))  # odd for good: askers check themselves
+        keeper._write(0, keeper.sequence.to_bytes(hits.SEQUENCE, "little"))  # odd for good: askers check themselves
         for visitor in visitors.values():
             visitor.close()
 
@@ -347,11 +349,11 @@ def _greet(keeper: Keeper, conn: socket.socket) -> bool:
     import socket
 
     try:
-        if vouch.peer(conn) != os.geteuid():
+        if hits.peer(conn) != os.geteuid():
             conn.close()  # its descriptors are this user's alone: another could read its events away
             return False
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in keeper.fds())
-        conn.sendmsg([vouch.FORMAT + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        conn.sendmsg([hits.KEEPER_FORMAT + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         conn.setblocking(False)
         return True
     except OSError:

@@ -32,6 +32,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def count_served(served: list[tuple[str, float, str]]) -> None:
+    """The hits records served in this process (the hits package's _served), counted and
+    written as it exits; the list is emptied."""
+    counted, served[:] = list(served), []
+    for root, seconds, path in counted:
+        count(root, seconds, path)
+    flush()
+
+
 def count(root: str, seconds: float, entry: str) -> None:
     """One hit of the entry at that path (its kind, counters.by_kind, is the folder it is in)."""
     kind = os.path.basename(os.path.dirname(os.path.dirname(entry)))

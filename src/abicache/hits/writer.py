@@ -1,7 +1,7 @@
 """Writing a hit record after a full lookup found or made what a call asked for.
 
 The record witnesses what that lookup consulted, step by step (ARCHITECTURE.md, the hit
-path); naming.py's name holds the rest. What a record cannot witness is never written:
+path); hits.name holds the rest. What a record cannot witness is never written:
 a Cache given settings or changed since (its verify age, its pins, its facts), an entry
 of another origin or kind, a requirement on a fact the name does not hold, several
 variants of the key (their ranking asks the devices), a tool other than the C and C++
@@ -17,7 +17,8 @@ import os
 import stat
 import time
 
-from . import cuda_witness, naming, record
+from .. import hits
+from . import cuda_witness, record
 from ..env import probes, toolid
 from ..settings import checked, config, settings_file
 from ..store import deps as depcheck, stamps
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     #: the store's tools/ (env/toolid.py), or None: a torch's cpp_extension.py (frontends/torch_lines.py files)
     Files = Sequence[tuple[str, str | None]]
 
-#: facts naming.name holds: a requirement on any other is judged by a full lookup
+#: facts hits.name holds: a requirement on any other is judged by a full lookup
 COVERED_FACTS = frozenset({"python.implementation", "python.version", "python.abi", "python.abi3",
                            "platform.system", "platform.machine", "platform.libc", "platform.glibc"})
 #: facts a witness covers: read from the C++ runtime the process loads (a "c" witness)
@@ -59,7 +60,7 @@ def before(cache: Cache, call: bytes, root: str, tools: Sequence[str], named: Ma
     identities' memos) and files: note() takes them again after it, and records only where
     both agree (nothing changed while it looked). Or why no record will be written.
     named: facts the call names (a tool that is one is named, not witnessed)."""
-    name = naming.name(call, root)
+    name = hits.name(call, root)
     if name is None or name in _noted or set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named):
         return "the call has no name here" if name is None else "recorded" if name in _noted else \
             f"tools {sorted(set(tools) - set(TOOLS) - cuda_witness.TOOLS - set(named))}"
@@ -110,7 +111,7 @@ def note(cache: Cache, call: bytes, root: str, art: Artifact, tools: Sequence[st
     was given them."""
     if art.origin == "built":  # the native check, built beside the build, whichever process records it
         _helper(cache, art, _recorded(art))
-    name = naming.name(call, root)  # the environment, the working directory: as the next process names it
+    name = hits.name(call, root)  # the environment, the working directory: as the next process names it
     if name is not None and _noted.get(name) == os.fspath(art.path):
         return "recorded"
     why = refusal(cache, art, tools, checking, named) or (seen if isinstance(seen, str) else None)
@@ -195,7 +196,7 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     """Every witness is taken now and each must stand where the lookup's verdict stood
     (witnessed()); the record is written where all have settled and the entry is not due."""
     real = os.path.realpath(root)
-    if naming.name(call, root) != name or real != os.fspath(cache.store.root):
+    if hits.name(call, root) != name or real != os.fspath(cache.store.root):
         return "another environment or store"
     now = time.time_ns()
     taken = witnessed(cache, art, _words(tools), bases, seen, files=files)
@@ -222,7 +223,7 @@ def _write(cache: Cache, name: str, call: bytes, root: str, art: Artifact, tools
     helper = _helper(cache, art, len(witnesses) - build)
     data = record.encode(deadline, real, os.fspath(art.file()), os.fspath(art.path), names, cache.touch_interval,
                          art.manifest.build_seconds or 0.0, build, witnesses, helper, _plan(witnesses[build:], links), gpu)
-    put(cache.store, record.folder(real), name, data)
+    put(cache.store, hits.folder(real), name, data)
     if helper:
         _keep(real, name)
     return None
@@ -357,7 +358,7 @@ def _store(store: Any, art: Artifact, names: Sequence[str], stamp: Any, out: Wit
         out.append(("t", path, _trust(st)))
     vdir = os.fspath(art.path)
     prefix = os.path.dirname(vdir)
-    for path in (real, os.path.join(real, record.LAYOUT), os.fspath(store.layout.entries), os.path.dirname(prefix),
+    for path in (real, os.path.join(real, hits.LAYOUT), os.fspath(store.layout.entries), os.path.dirname(prefix),
                  prefix, vdir):
         st = os.lstat(path)
         if not (store.trust.ok(st) and stat.S_ISDIR(st.st_mode)):

@@ -124,7 +124,8 @@ def _refused(cache: Cache, art: Artifact) -> bool:
 
 def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked: Compile, art: Artifact,
            what: str, seen: list, source: Witness, source_sha: str) -> str | None:
-    from ..hits import record, writer
+    from .. import hits
+    from ..hits import writer
 
     real = os.path.realpath(root)
     if name(root, argv) != record_name or real != os.fspath(cache.store.root):
@@ -147,7 +148,7 @@ def _write(cache: Cache, record_name: str, root: str, argv: Sequence[str], asked
         return "a path the record cannot hold"
     data = encode(deadline, real, os.fspath(art.path), names, cache.touch_interval,
                   art.manifest.build_seconds or 0.0, asked.outputs, witnesses, shas)
-    writer.put(cache.store, record.folder(real), record_name, data)
+    writer.put(cache.store, hits.folder(real), record_name, data)
     return None
 
 

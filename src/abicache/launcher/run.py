@@ -103,11 +103,11 @@ def _note(cache: Cache, argv: Sequence[str], asked: command.Compile, found: Arti
           built: bool) -> None:
     """The hit record the native front serves the next run from (launcher/records.py)."""
     from ..env.probes import IDENTITY_MEMO
-    from ..hits import naming
+    from .. import hits
     from ..values.digest import sha256_hex
     from . import records
 
-    root = naming.default_root()
+    root = hits.default_root()
     if root is None or seen is None:
         return
     witness = source_witness(asked)

@@ -379,7 +379,7 @@ class Current:
         # the variables' raw values when last found current: compared as they are, not hashed again
         self.names = tuple(map(os.environ.encodekey, (name for name, _ in env)))  # type: ignore[attr-defined]
         self.values: tuple[object, ...] | None = None
-        self.asked = False  # by a call, or by cc.py _recorded in its place
+        self.asked = False  # by a call, or by hits/record.py recorded in its place
 
     def _values(self) -> tuple[object, ...]:
         return tuple(map(os.environ._data.get, self.names))  # type: ignore[attr-defined]

@@ -98,7 +98,7 @@ class Layout:
 
     @property
     def hits(self) -> Path:
-        """Hit records (src/abicache/hits/record.py names this folder too)."""
+        """Hit records (src/abicache/hits/__init__.py names this folder too)."""
         return self.base / "hits"
 
     @property
