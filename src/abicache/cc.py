@@ -23,7 +23,7 @@ import os
 # (the hits package's own module): a torch extension's hit imports it and not this one. The memo
 # (_loaded) and the hits counted at exit (_served) are named here too, as before.
 from .hits import _loaded, _served  # noqa: F401
-from .hits import _fingerprint, _load_once, _record_root, _serve, _where, import_extension
+from .hits import _fingerprint, _load_once, _record_root, _serve, _where, call_of, import_extension
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def build_library(
     """The cached shared library (not loaded). It declares no requirement."""
     from .frontends import cc_plans
 
-    call = _call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags)
+    call = call_of("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags)
     return _run(cc_plans.library_plan(name, sources, lang=lang, cflags=cflags, ldflags=ldflags), cache, call)
 
 
@@ -81,7 +81,7 @@ def load_library(
         memo,
         lambda: build_library(name, sources, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: ctypes.CDLL(str(art.file())),
-        lambda fresh=True: _serve(_call("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags),
+        lambda fresh=True: _serve(call_of("cc.library", name, sources, lang=lang, cflags=cflags, ldflags=ldflags),
                                   cache, ctypes.CDLL, fresh),
     )
 
@@ -107,7 +107,7 @@ def build_module(
     cache = cache or default_cache()
     plan = cc_plans.module_plan(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags,
                                 facts=cache.facts)
-    return _run(plan, cache, _call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags))
+    return _run(plan, cache, call_of("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags))
 
 
 def load_module(
@@ -127,19 +127,13 @@ def load_module(
         memo,
         lambda: build_module(name, sources, abi3=abi3, lang=lang, cflags=cflags, ldflags=ldflags, cache=cache),
         lambda art: _import(name, os.fspath(art.file())),
-        lambda fresh=True: _serve(_call("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags,
+        lambda fresh=True: _serve(call_of("cc.module", name, sources, abi3=abi3, lang=lang, cflags=cflags,
                                         ldflags=ldflags), cache, lambda path: _import(name, path), fresh),
     )
 
 
 def _import(name: str, path: str) -> ModuleType:
     return import_extension(name, path)
-
-
-def _call(frontend: str, name: str, sources: Any, **args: Any) -> bytes | None:
-    from .hits import call_of
-
-    return call_of(frontend, name, sources, **args)
 
 
 def _run(plan: Plan, cache: Cache | None, call: bytes | None, named: Mapping[str, str | None] = {},

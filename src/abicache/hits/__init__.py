@@ -235,7 +235,6 @@ def import_extension(name: str, path: str | os.PathLike[str]) -> ModuleType:
     name is also sys.modules[name]. Here, not in a module of its own: a torch extension's hit
     imports this module anyway, and each module more costs it ~0.1 ms (issue 49)."""
     import importlib.machinery
-    import sys
     # importlib.util's own module_from_spec, without the 3 ms importlib.util imports
     from importlib._bootstrap import module_from_spec
 

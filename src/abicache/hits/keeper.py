@@ -176,7 +176,7 @@ def _watched(data: bytes, real: str) -> object | None:
     armed = watch.Watch((), (), None, native, plan)
     if armed.marks is None:
         return None  # out of watches: a keeper that cannot see a change vouches for nothing
-    built, paths = parsed.built, record.held(parsed)
+    built, paths = parsed.built, record.held_paths(parsed)
     held = native.hold(built.kinds.encode(), paths[record._after(paths, parsed.start):], built.numbers) \
         if native is not None else record._hold(built.items())
     names = record._listing(os.listdir(os.fsdecode(parsed.fields[3])))
@@ -391,8 +391,8 @@ class Visitor:
             if reply is None:
                 return "gone"
             try:
-                self.conn.setblocking(True)  # a line's answer is short: the socket's buffer takes it
-                self.conn.sendall(reply)
+                self.conn.settimeout(QUESTION_SECONDS)  # a line's answer is short: the socket's buffer takes
+                self.conn.sendall(reply)  # it, and a visitor that reads nothing holds the keeper no longer
                 self.conn.setblocking(False)
             except OSError:
                 return "gone"
