@@ -26,9 +26,11 @@ the real Requirements against those facts.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -434,6 +436,7 @@ def simulate_abicache() -> Tally:
 
 
 HEADER_PROJECT = Path(tempfile.mkdtemp(prefix="abicache-matrix-project-"))
+atexit.register(shutil.rmtree, HEADER_PROJECT, True)  # made on import (tests/test_matrix.py): gone at exit
 (HEADER_PROJECT / "proj.c").write_text('#include "proj.h"\nint answer(void) { return ANSWER; }\n')
 
 
@@ -449,6 +452,7 @@ def _write_header(env: Env) -> tuple[Any, ...]:
 
 
 SHADOW_PROJECT = Path(tempfile.mkdtemp(prefix="abicache-matrix-shadow-"))
+atexit.register(shutil.rmtree, SHADOW_PROJECT, True)
 (SHADOW_PROJECT / "first").mkdir()
 (SHADOW_PROJECT / "second").mkdir()
 (SHADOW_PROJECT / "second" / "v.h").write_text("#define VALUE 1\n")

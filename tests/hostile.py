@@ -9,6 +9,7 @@ the hostile tests cannot run here.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -64,6 +65,9 @@ def public_dir(prefix: str = "abicache-hostile-") -> Path:
 def cleanup() -> None:
     while _made:
         shutil.rmtree(_made.pop(), ignore_errors=True)
+
+
+atexit.register(cleanup)  # what a test that made one did not remove itself (a suite run left dozens in /tmp)
 
 
 def evil_library(work: Path) -> bytes:

@@ -104,7 +104,9 @@ def seaweedfs_server(folder: str | None = None) -> Iterator[tuple[str, subproces
                 *(f"-{name.replace('.grpc', '.port.grpc') if name.endswith('.grpc') else name + '.port'}={port}"
                   for name, port in ports.items())]
         log = open(os.path.join(folder, "weed.log"), "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # TMPDIR: where weed writes its logs, which a suite run left in /tmp by the dozen
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "TMPDIR": folder})
         try:
             _wait_for(ports["s3"], proc, "weed server (S3 gateway)", seconds=60)
             break
@@ -125,8 +127,24 @@ def seaweedfs_server(folder: str | None = None) -> Iterator[tuple[str, subproces
     finally:
         _stop(proc, grace=1.0)  # weed drains for seconds on SIGTERM; its data is thrown away
         log.close()
+        _remove_sockets(set(ports.values()))
         if own:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_sockets(ports: set[int]) -> None:
+    """The Unix sockets weed makes in /tmp whatever TMPDIR says, one per gRPC and S3 port
+    (/tmp/seaweedfs-master-grpc-<port>.sock), and leaves there when it is stopped."""
+    import glob
+    import stat
+
+    for path in glob.glob("/tmp/seaweedfs-*-*.sock"):
+        port = path[:-len(".sock")].rsplit("-", 1)[1]
+        try:
+            if port.isdigit() and int(port) in ports and stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _create_bucket(endpoint: str, proc: subprocess.Popen[bytes], folder: str, seconds: float = 60.0) -> None:

@@ -227,7 +227,8 @@ def hip_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tools = str(Path(clang).parent)
     done = subprocess.run([clang, "-x", "hip", *(f"--offload-arch={t}" for t in HIP_TARGETS), "-nogpulib", "-nogpuinc",
                            "-fPIC", "-c", "k.hip", "-o", "k.o"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}, timeout=300)
+                          env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "TMPDIR": str(work)},
+                          timeout=300)  # TMPDIR: clang leaves an empty k-XXXXXX folder there for each target
     if done.returncode != 0:
         pytest.skip(f"this clang cannot compile HIP for {HIP_TARGETS}: {done.stderr[-500:]}")
     subprocess.run(["cc", "-shared", "k.o", "-o", "libk.so"], cwd=work, check=True)

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abicache import Cache, cc
-from abicache.engine import depfile
+from abicache.engine import depfile, scratch
 from abicache.store import deps as depcheck
 from conftest import SRC, need, run_py
 
@@ -146,7 +146,7 @@ def test_inline_sources_still_work_and_record_no_project_file(tmp_path: Path) ->
     art = cc.build_library("inl", ['extern "C" int v() { return 3; }'], cache=Cache(tmp_path / "s"))
     assert not art.hit
     # what the driver and the linker read of the system (crt files, libc's linker script), nothing of scratch
-    assert all(d.base == "abs" and "abicache-build-" not in d.path for d in art.manifest.deps)
+    assert all(d.base == "abs" and scratch.PREFIX not in d.path for d in art.manifest.deps)
 
 
 # ---- translation units as jobs -----------------------------------------------------------------
@@ -407,16 +407,36 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
     import faultlib
 
     argv, env, _ = _slow_build(tmp_path)
-    store = tmp_path / "store"
+    store, temp = tmp_path / "store", tmp_path / "tmp"
+    temp.mkdir()
+    env["TMPDIR"] = str(temp)
     for delay in (0.5, 0.9, 1.3, 1.7):
         proc = subprocess.Popen(argv, env=env, start_new_session=True)
         time.sleep(delay)
-        os.killpg(proc.pid, signal.SIGKILL)  # the builder and its compilers
+        os.killpg(proc.pid, signal.SIGKILL)  # the builder
         proc.wait()
         assert faultlib.partial_entries(Cache(store)) == []
+    # its compilers run in sessions of their own (engine/interrupt.py), so SIGKILL left them running,
+    # writing into its scratch folder: they end first (a folder written to lately is not swept)
+    deadline = time.monotonic() + 30
+    if shutil.which("pkill") is None:
+        time.sleep(5)  # each takes ~0.5 s
+    while shutil.which("pkill") and subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)]).returncode == 0 \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = list(temp.glob(f"{scratch.PREFIX}*"))
+    assert left, "no killed build left its scratch folder: nothing for the next build to sweep"
+    for folder in left:  # as if killed a while ago (a folder just made is not swept: scratch.GRACE)
+        os.utime(folder, (time.time() - 2 * scratch.GRACE,) * 2)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and "built" in done.stdout, done.stderr
     assert faultlib.partial_entries(Cache(store)) == []
+    # the next build of this user (another library: that one may be a hit now) sweeps them; its own is removed
+    code = 'extern "C" int other() { return 5; }'
+    other = run_py(f"from abicache import Cache, cc; cc.build_library('other', [{code!r}], cache=Cache({str(store)!r}))",
+                   env={**env, "CXX": "c++"})
+    assert other.returncode == 0, other.stderr
+    assert sorted(p.name for p in temp.glob(f"{scratch.PREFIX}*")) == []
 
 
 def test_eight_processes_racing_compile_each_object_once(tmp_path: Path) -> None:

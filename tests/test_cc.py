@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from abicache import Cache, cc
+from abicache.engine import scratch
 from abicache.env import Facts
 from abicache.errors import AbicacheError, BuildError
 import subprocess
@@ -81,7 +82,7 @@ def test_compile_errors_show_the_command_and_output(cache: Cache) -> None:
     assert not list(cache.store.iter_variant_dirs())
     with pytest.raises(BuildError) as two:
         cc.load_library("two", ["int y = 1;", "int x = ;"], cache=cache)
-    assert "two_1.cpp:1:" in two.value.output and "abicache-build-" not in two.value.output
+    assert "two_1.cpp:1:" in two.value.output and scratch.PREFIX not in two.value.output
 
 
 def test_bad_arguments_are_named(cache: Cache, tmp_path: Path) -> None:

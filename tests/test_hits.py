@@ -124,6 +124,29 @@ def test_a_fresh_process_served_imports_none_of_the_store_and_is_counted(root: P
     assert sum(line.get("hits_local", 0) for line in counted) == len(outs) - 1  # the first built it
 
 
+@pytest.mark.parametrize("served", [False, True], ids=["full lookup", "served by its record"])
+def test_a_store_removed_before_the_process_exits_is_not_made_again_by_its_counts(root: Path, served: bool) -> None:
+    """The hits a process counts are written as it exits (tally.py, store/counters.py): into
+    the store's log where the store is still there, never by making its folders again (a
+    script or a test that removed its store last found it back, holding log/stats.jsonl)."""
+    need("c++")
+    code = ("import shutil, sys\n"
+            "from abicache import Cache, cc\n"
+            f"lib = cc.load_library('answer', [{SRC!r}], cache=Cache({str(root)!r}))\n"
+            "assert lib.answer() == 7\n"
+            "served = 'abicache.core.getting' not in sys.modules\n"
+            f"if served or not {served}:\n"
+            f"    shutil.rmtree({str(root)!r})\n"
+            "print(served)\n")
+    for _ in range(6):  # served: until a process is (the first looks the entry up and records it)
+        out = run_py(code)
+        assert out.returncode == 0, out.stderr
+        if out.stdout.strip() == "True" or not served:
+            break
+    assert out.stdout.strip() == str(served), out.stdout
+    assert not root.exists(), sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
 @pytest.mark.parametrize("change", ["chmod the library", "rewrite the library", "an environment variable",
                                     "the working directory", "a config file", "a compiler earlier on PATH",
                                     "the store's folder others may write", "the record group-writable",

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "abicache"
 
 #: bottom first; each name is a top-level module or a subpackage of abicache
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "values", "settings", "native", "console", "hip"},
+    {"errors", "values", "settings", "native", "console", "hip"},
     {"env"},
     {"audit"},
     {"store"},
@@ -31,6 +31,11 @@ FLOORS: list[set[str]] = [
     {"cli"},
     {"__init__", "__main__"},
 ]
+
+
+#: what a module may take from abicache/__init__.py, which sets it before any module is imported
+#: (the version: a module of its own cost a torch extension's hit ~0.1 ms, issue 49)
+ROOT_VALUES = {"__version__"}
 
 
 def _module_name(path: Path) -> tuple[str, str]:
@@ -57,6 +62,8 @@ def _imported(node: ast.AST, package: str) -> list[str]:
         module = ".".join(base + ([node.module] if node.module else []))
     else:
         module = node.module or ""
+    if module == "abicache" and all(a.name in ROOT_VALUES for a in node.names):
+        return []  # a value of the package's top, imported before any module of it: no arrow
     # `from . import config` imports the module abicache.settings.config, not the package's __init__
     named = [f"{module}.{a.name}" for a in node.names if _exists(f"{module}.{a.name}")]
     return named if named and len(named) == len(node.names) else [module, *named]

@@ -146,7 +146,7 @@ print(json.dumps([mod.add(2, 3), type(held).__name__, type(getattr(held, "_watch
 """
 #: what a torch extension's call served on the keeper's word imports of abicache: the hit path
 #: is the hits package's own module (issue 49: each module more cost it ~0.1 ms)
-SERVED_IMPORTS = ["abicache", "abicache._version", "abicache.hits", "abicache.torch"]
+SERVED_IMPORTS = ["abicache", "abicache.hits", "abicache.torch"]
 
 
 def test_a_torch_extension_after_import_torch_stands_on_the_keepers_word(

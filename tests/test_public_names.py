@@ -24,7 +24,7 @@ PACKAGE = REPO / "src" / "abicache"
 
 #: what users import from the top of the package: the frontends, the errors, the drop-in
 #: hook the wheel's .pth imports, the HIP loader, and the command line
-PUBLIC = {"__init__", "__main__", "_version", "cc", "torch", "triton", "tvm_ffi", "cuda", "hip", "errors",
+PUBLIC = {"__init__", "__main__", "cc", "torch", "triton", "tvm_ffi", "cuda", "hip", "errors",
           "dropin", "cli"}
 #: the inner rooms (ARCHITECTURE.md): each a folder, none imported by users
 INNER = {"values", "settings", "native", "console", "env", "audit", "store", "remote", "shipping", "core",

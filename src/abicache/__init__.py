@@ -16,7 +16,10 @@ only when a miss, an audit, the CLI or a frontend needs them.
 """
 
 # No `from __future__ import annotations` here: it would put `annotations` in dir(abicache).
-from ._version import __version__
+
+# Here, not in a module of its own: a torch extension's hit imports this package anyway, and each
+# module more costs it ~0.1 ms (issue 49). pyproject.toml says the same (tests/test_public_names.py).
+__version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _LAZY = {

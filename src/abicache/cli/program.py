@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..settings import config
-from .._version import __version__
+from .. import __version__
 from ..errors import AbicacheError, missing_extra, unwritable_store
 from . import COMMANDS, commands
 

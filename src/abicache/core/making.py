@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..settings import config
-from .._version import __version__
+from .. import __version__
 from .artifact import Artifact, BuildResult, artifact_of
 from ..errors import AbicacheError, BuildError, BuildForbiddenError, ManifestError, UsageError
 from ..values.requirements import Requirement, Requirements

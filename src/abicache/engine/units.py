@@ -23,7 +23,6 @@ import importlib
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager, suppress
@@ -34,6 +33,7 @@ from ..errors import AbicacheError, BuildError
 from ..core.key import Inputs
 from ..store import blobs, deps as depcheck, lock
 from . import depfile, interrupt, observe, pool, record, roots
+from . import scratch as scratches
 from . import tree as trees
 from .ahead import Ahead
 from .job import Job
@@ -185,19 +185,14 @@ def _fsync_quietly(path: Path) -> None:
 
 @contextmanager
 def _scratch() -> Iterator[str]:
-    """A private temporary folder, removed in the background once the build
-    has succeeded (freeing its objects took 2 ms between the link and the
-    load; the interpreter waits for that thread before it exits)."""
-    folder = tempfile.mkdtemp(prefix="abicache-build-")
-    try:
-        yield folder
-    except BaseException as exc:
-        if isinstance(exc, BuildError):  # inline code by the name the user knows it by: the folder is gone
+    """The build's private scratch folder (scratch.py: removed when it ends, swept where its
+    process died first); a failed build's output names its inline code without it."""
+    with scratches.scratch() as folder:
+        try:
+            yield folder
+        except BuildError as exc:  # inline code by the name the user knows it by: the folder is gone
             exc.output = exc.output.replace(folder + os.sep, "")
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    threading.Thread(target=shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True},
-                     name="abicache-scratch").start()
+            raise
 
 
 def _covered(job: Job, tools: Path) -> Callable[[], Sequence[str]]:

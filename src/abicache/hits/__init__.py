@@ -72,7 +72,7 @@ import time
 from stat import S_ISREG
 from struct import Struct
 
-from .._version import __version__
+from .. import __version__
 
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 if TYPE_CHECKING:
@@ -471,12 +471,8 @@ class _Parsed:
         paths: list[bytes] | list[str]
         if self.paths is not None:
             paths = self.paths[:self.start]
-        else:  # the store's paths alone, the first ones: the build's are not read
-            paths, pos = [], self.text
-            for _ in range(self.start):
-                end = data.find(b"\0", pos)
-                paths.append(data[pos:end if end >= 0 else len(data)])
-                pos = end + 1
+        else:  # the store's paths alone, the first ones, split in C (a loop here: ~40 us of a torch
+            paths = data[self.text:].split(b"\0", self.start)  # hit's ~95), the build's left in one piece
         return [(k, os.fsdecode(paths[i]), _WITNESS.unpack_from(data, at + i * size))
                 for i, k in enumerate(kinds) if not only or k in only]
 

@@ -61,6 +61,8 @@ def flush() -> None:
     taken = list(_pending.items())
     _pending.clear()
     for (root, kind), (hits, seconds) in taken:
+        if not os.path.isdir(os.path.join(root, "v3")):
+            continue  # removed since it served them (by its user): never made again for its counts
         named = kind.isprintable() and '"' not in kind and "\\" not in kind  # a kind is a name: cc.library
         line = b'{"time": %.3f, "pid": %d, "hits_local": %d, "hits_record": %d, %s"seconds_saved": %.3f}\n' % (
             time.time(), os.getpid(), hits, hits, b'"kind:%s:hits": %d, ' % (kind.encode(), hits) if named else b"",

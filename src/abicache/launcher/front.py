@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .._version import __version__
+from .. import __version__
 
 SOURCE = Path(__file__).with_name("front.c")
 PROGRAM = "abicache-launch"

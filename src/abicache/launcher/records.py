@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .._version import __version__
+from .. import __version__
 from ..values.digest import sha256_hex
 
 TYPE_CHECKING = False

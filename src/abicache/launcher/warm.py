@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .._version import __version__
+from .. import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -40,6 +40,9 @@ BREAKDOWNS = ("uncacheable:", "errors:", "kind:", "unrecorded:")
 KIND_FIELDS = ("hits", "misses", "uncacheable", "errors")
 
 _pending: dict[str, tuple[Store, Counter[str]]] = {}
+#: root -> whether the store's folder was there when it was last counted: one that was, and is
+#: gone when the counts are written, was removed since (by its user): it is not made again
+_there: dict[str, bool] = {}
 _lock = allocate_lock()
 _registered = False
 
@@ -47,8 +50,8 @@ _registered = False
 def _forget_in_child() -> None:
     """A forked child inherits the counts its parent has not written yet: they are the
     parent's to write (at its exit); the child that also wrote them counted each twice."""
-    global _pending, _lock
-    _pending, _lock = {}, allocate_lock()
+    global _pending, _there, _lock
+    _pending, _there, _lock = {}, {}, allocate_lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -66,6 +69,7 @@ def count(store: Store, **amounts: float) -> None:
                 _registered = True
                 atexit.register(flush)
         held[1].update(amounts)
+        _there[str(store.root)] = os.path.isdir(store.layout.base)
 
 
 def flush(store: Store | None = None) -> None:
@@ -77,6 +81,8 @@ def flush(store: Store | None = None) -> None:
             if root in _pending:
                 _pending[root] = (_pending[root][0], Counter())
     for held, counts in taken:
+        if _there.get(str(held.root)) and not os.path.isdir(held.layout.base):
+            continue  # removed since it was counted: its counts went with it
         line = {k: round(v, 3) if isinstance(v, float) else v for k, v in counts.items()}
         held.log_event(LOG, json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), **line}), _compact)
 

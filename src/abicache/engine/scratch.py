@@ -1,0 +1,137 @@
+"""A build's private scratch folder: made in the temporary folder, removed when the build
+ends, and swept by a later build where its process died before it could remove it.
+
+A build killed by SIGKILL (the OOM killer, a CI job's timeout, `kill -9`) runs no cleanup:
+its scratch, the sources placed there, the objects and the observer's reports, stayed in
+/tmp (a day of this suite's crash tests left 130). Each scratch folder holds a lock file
+whose lock its process holds while the build runs (flock: the kernel lets it go when the
+process ends, however it ends; it holds across PID namespaces, where a PID would not).
+The first build of a process, in the background, removes the scratch folders of this user
+whose lock nobody holds. A folder just made is left alone for GRACE seconds: its lock is
+taken right after it is made. Only a folder with a lock file is ever swept: where flock
+cannot be had, a build's folder has none, and is left as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from stat import S_ISDIR
+from typing import Iterator
+
+#: a scratch folder's name starts with this (mkdtemp adds 8 random characters)
+PREFIX = "abicache-scratch-"
+#: its lock file, held by the build's process while it runs
+ALIVE = ".alive"
+#: how long a folder is left alone after it was made, whatever its lock says
+GRACE = 60.0
+#: the folders earlier versions made (no lock): swept once nothing could still be building there
+LEGACY = ("abicache-build-", 7 * 86400.0)
+
+_swept = threading.Event()
+
+
+@contextmanager
+def scratch() -> Iterator[str]:
+    """A private temporary folder for one build, removed once the build ended: at once where
+    it failed (its output is then gone with it), in the background where it succeeded
+    (freeing its objects took 2 ms between the link and the load; the interpreter waits for
+    that thread before it exits)."""
+    folder = tempfile.mkdtemp(prefix=PREFIX)
+    alive = _hold(folder)
+    if not _swept.is_set():
+        _swept.set()
+        threading.Thread(target=_sweep_quietly, name="abicache-sweep", daemon=True).start()
+    try:
+        yield folder
+    except BaseException:
+        _remove(folder, alive)
+        raise
+    threading.Thread(target=_remove, args=(folder, alive), name="abicache-scratch").start()
+
+
+def _hold(folder: str) -> int:
+    """Take the folder's lock; -1 where it cannot be had (no flock here): the folder then has
+    no lock file, and no sweep ever removes it."""
+    path = os.path.join(folder, ALIVE)
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except (ImportError, OSError):
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        return -1
+    return fd
+
+
+def _remove(folder: str, alive: int) -> None:
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        if alive >= 0:
+            os.close(alive)  # after: a sweeper never finds it unheld while it is being removed here
+
+
+def _sweep_quietly() -> None:
+    try:
+        sweep()
+    except Exception:  # noqa: BLE001  tidying the temporary folder is never a reason for a build to say more
+        pass
+
+
+def sweep(where: str | None = None) -> list[str]:
+    """Remove the scratch folders in where (the temporary folder) that this user's builds
+    left behind; the ones removed."""
+    where = where or tempfile.gettempdir()
+    now, me, removed = time.time(), os.geteuid(), []
+    try:
+        with os.scandir(where) as entries:
+            found = [e.name for e in entries if e.name.startswith((PREFIX, LEGACY[0]))]
+    except OSError:
+        return removed
+    for name in found:
+        path = os.path.join(where, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        # a folder, of this user (in a sticky /tmp no one else can rename or remove it then)
+        if not S_ISDIR(st.st_mode) or st.st_uid != me:
+            continue
+        if name.startswith(PREFIX):
+            if now - st.st_mtime >= GRACE and _abandoned(path):
+                removed.append(path)
+        elif now - st.st_mtime >= LEGACY[1]:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _abandoned(folder: str) -> bool:
+    """Remove the folder if no process holds its lock; whether it did. One without a lock file
+    is left alone: its build could not take one."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(folder, ALIVE), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # a build is running there
+    try:
+        shutil.rmtree(folder, ignore_errors=True)  # held by this sweep while it removes it
+    finally:
+        os.close(fd)
+    return True
