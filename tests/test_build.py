@@ -426,8 +426,10 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
         time.sleep(0.1)
     left = list(temp.glob(f"{scratch.PREFIX}*"))
     assert left, "no killed build left its scratch folder: nothing for the next build to sweep"
-    for folder in left:  # as if killed a while ago (a folder just made is not swept: scratch.GRACE)
-        os.utime(folder, (time.time() - 2 * scratch.GRACE,) * 2)
+    # as if all this was a while ago: a folder just written to is not swept (scratch.GRACE), nor
+    # the temporary folder again soon after a sweep (scratch.EVERY: the killed builds' own)
+    for path in temp.iterdir():
+        os.utime(path, (time.time() - 2 * scratch.EVERY,) * 2)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and "built" in done.stdout, done.stderr
     assert faultlib.partial_entries(Cache(store)) == []

@@ -44,7 +44,7 @@ def test_a_folder_whose_process_died_is_swept_and_the_rest_is_not(tmp_path: Path
     unlocked = _left(tmp_path, f"{scratch.PREFIX}nolock00", alive=False)  # its build could not take a lock
     running = _left(tmp_path, f"{scratch.PREFIX}running0")
     fresh = _left(tmp_path, f"{scratch.PREFIX}fresh000", age=1)  # its lock not taken yet, maybe
-    old = _left(tmp_path, "abicache-build-old00000", age=8 * 86400, alive=False)  # an earlier version's
+    old = _left(tmp_path, "abicache-launch-old00000", age=8 * 86400, alive=False)  # an earlier version's
     recent = _left(tmp_path, "abicache-build-new00000", age=86400, alive=False)  # could still be building
     other = _left(tmp_path, "unrelated-folder")
     target = _left(tmp_path, "linked-to")
@@ -101,3 +101,21 @@ def test_a_scratch_folder_is_held_while_its_build_runs_and_removed_when_it_ends(
         with scratch.scratch() as failed:
             raise BuildError("the compiler failed", output="")
     assert not os.path.exists(failed)  # a failed build's at once
+
+
+def test_a_user_sweeps_at_most_once_in_a_while(tmp_path: Path) -> None:
+    """The compiler launcher under `make -j` is a process a compile: each would list the
+    temporary folder. A marker file of the user's says when the last sweep began."""
+    assert scratch._due(str(tmp_path))  # none yet
+    marker = tmp_path / f"{scratch.MARKER}{os.geteuid()}"
+    assert marker.is_file() and not scratch._due(str(tmp_path))
+    _aged(marker, scratch.EVERY + 1)
+    assert scratch._due(str(tmp_path)) and not scratch._due(str(tmp_path))
+    marker.unlink()
+    marker.symlink_to(tmp_path / "elsewhere")  # not a marker: a sweep is due, nothing written through it
+    assert scratch._due(str(tmp_path)) and not (tmp_path / "elsewhere").exists()
+    if os.geteuid() == 0:  # another user's file by that name is no marker either
+        marker.unlink()
+        marker.write_text("")
+        os.chown(marker, 65534, 65534)
+        assert scratch._due(str(tmp_path)) and scratch._due(str(tmp_path))

@@ -114,13 +114,12 @@ def _nvcc_plan(tree: trees.Tree, archs: list[str], output: str, name: str, ident
     toolkit = {roots.normal(str(Path(nvcc).parent.parent)), roots.normal(str(Path(nvcc).resolve().parent.parent))}
 
     def build(out: Path) -> BuildResult:
-        import tempfile
-
         from ..cc import run_compiler
         from ..engine import observe, record
+        from ..engine import scratch as scratches
 
         tools = out.parent.parent / "tools"  # the store's (out is a stage in its tmp/)
-        with tempfile.TemporaryDirectory(prefix="abicache-nvcc-") as scratch:
+        with scratches.scratch() as scratch:  # swept by a later build where this process is killed
             src = Path(scratch) / tree.files[0].name
             src.write_bytes(tree.files[0].code.encode("utf-8", "surrogateescape"))  # the bytes it was read as
             dfile = Path(scratch) / "deps.d"

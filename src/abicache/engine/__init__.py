@@ -12,6 +12,8 @@
   the CUDA toolkit's, Python's; the compiler's own with system_headers sloppiness);
 - units: each translation unit compiled in place, in parallel, as a cached
   object entry of its own, then linked;
+- scratch: a build's private temporary folder, swept by a later build where its
+  process was killed;
 - pool: the job pool (MAX_JOBS, as torch spells it) and its progress lines;
 - pch: precompiled headers kept as cached entries.
 """

@@ -7,9 +7,10 @@ its scratch, the sources placed there, the objects and the observer's reports, s
 whose lock its process holds while the build runs (flock: the kernel lets it go when the
 process ends, however it ends; it holds across PID namespaces, where a PID would not).
 The first build of a process, in the background, removes the scratch folders of this user
-whose lock nobody holds. A folder just made is left alone for GRACE seconds: its lock is
-taken right after it is made. Only a folder with a lock file is ever swept: where flock
-cannot be had, a build's folder has none, and is left as before.
+whose lock nobody holds, at most once in EVERY seconds a user (a marker file says when).
+A folder written to in the last GRACE seconds is left alone: its lock is taken right after
+it is made. Only a folder with a lock file is ever swept: where flock cannot be had, a
+build's folder has none, and is left as before.
 """
 
 from __future__ import annotations
@@ -20,19 +21,25 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISREG
 from typing import Iterator
 
 #: a scratch folder's name starts with this (mkdtemp adds 8 random characters)
 PREFIX = "abicache-scratch-"
 #: its lock file, held by the build's process while it runs
 ALIVE = ".alive"
-#: how long a folder is left alone after it was made, whatever its lock says
+#: how long a folder is left alone after it was last written to, whatever its lock says
 GRACE = 60.0
-#: the folders earlier versions made (no lock): swept once nothing could still be building there
-LEGACY = ("abicache-build-", 7 * 86400.0)
+#: the folders earlier versions made (no lock), swept once nothing could still be building there
+LEGACY = ("abicache-build-", "abicache-launch-", "abicache-nvcc-", "abicache-cc-", "abicache-check-")
+LEGACY_AGE = 7 * 86400.0
+#: a user's sweeps, at most one in this many seconds (the mtime of a marker file beside the
+#: folders): the compiler launcher under `make -j` starts a process a compile
+EVERY = 600.0
+MARKER = "abicache-swept-"
 
-_swept = threading.Event()
+#: when this process may start a sweep next (time.monotonic)
+_next_sweep = [0.0]
 
 
 @contextmanager
@@ -43,8 +50,8 @@ def scratch() -> Iterator[str]:
     that thread before it exits)."""
     folder = tempfile.mkdtemp(prefix=PREFIX)
     alive = _hold(folder)
-    if not _swept.is_set():
-        _swept.set()
+    if time.monotonic() >= _next_sweep[0]:
+        _next_sweep[0] = time.monotonic() + EVERY
         threading.Thread(target=_sweep_quietly, name="abicache-sweep", daemon=True).start()
     try:
         yield folder
@@ -83,9 +90,34 @@ def _remove(folder: str, alive: int) -> None:
 
 def _sweep_quietly() -> None:
     try:
-        sweep()
+        where = tempfile.gettempdir()
+        if _due(where):
+            sweep(where)
     except Exception:  # noqa: BLE001  tidying the temporary folder is never a reason for a build to say more
         pass
+
+
+def _due(where: str) -> bool:
+    """Whether this user's last sweep of where is EVERY seconds old (or unknown); the marker is
+    touched if so. Another user's file by that name is no marker: sweeps then go on as due."""
+    marker = os.path.join(where, f"{MARKER}{os.geteuid()}")
+    try:
+        st = os.lstat(marker)
+        if S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and 0 <= time.time() - st.st_mtime < EVERY:
+            return False
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return True
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True
 
 
 def sweep(where: str | None = None) -> list[str]:
@@ -95,7 +127,7 @@ def sweep(where: str | None = None) -> list[str]:
     now, me, removed = time.time(), os.geteuid(), []
     try:
         with os.scandir(where) as entries:
-            found = [e.name for e in entries if e.name.startswith((PREFIX, LEGACY[0]))]
+            found = [e.name for e in entries if e.name.startswith((PREFIX, *LEGACY))]
     except OSError:
         return removed
     for name in found:
@@ -110,7 +142,7 @@ def sweep(where: str | None = None) -> list[str]:
         if name.startswith(PREFIX):
             if now - st.st_mtime >= GRACE and _abandoned(path):
                 removed.append(path)
-        elif now - st.st_mtime >= LEGACY[1]:
+        elif now - st.st_mtime >= LEGACY_AGE:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

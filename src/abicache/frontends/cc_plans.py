@@ -124,11 +124,10 @@ def _compile(
     objects(scratch) may first build object files there (e.g. nvcc for .cu
     sources); they are linked in.
     """
-    import tempfile
-
     from ..console import progress
+    from ..engine import scratch as scratches
 
-    with tempfile.TemporaryDirectory(prefix="abicache-cc-") as scratch:
+    with scratches.scratch() as scratch:  # swept by a later build where this process is killed
         work = Path(scratch)
         for name, code in named.items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)

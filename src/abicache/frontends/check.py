@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
@@ -118,8 +117,9 @@ def check_entry(cache: Cache, manifest: Manifest) -> Verdict:
 
 def _fresh(plan: Any) -> Artifact:
     from ..core.cache import Cache
+    from ..engine import scratch as scratches
 
-    with tempfile.TemporaryDirectory(prefix="abicache-check-") as scratch:
+    with scratches.scratch() as scratch:  # swept by a later build where this process is killed
         fresh = plan.run(Cache(Path(scratch) / "store", remote=False, shared=False))
         return fresh._replace(path=Path("/nonexistent"))  # the files go with the scratch store; the manifest stays
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ..core.artifact import BuildResult
 from ..engine import depfile, observe, record, roots, units
+from ..engine import scratch as scratches
 from ..engine.tree import File, Tree
 from ..store import deps as depcheck
 from .entry import STDERR, STDOUT, Failed, Ran, output_name
@@ -37,8 +37,7 @@ def build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, 
     tree = Tree((File(compile.source, code, source),), {"cwd": cwd}, (), ())
     tools = cache.store.layout.tools
     observer = observe.library(tools, trusted=cache.store.trust.ok)
-    scratch = tempfile.mkdtemp(prefix="abicache-launch-")
-    try:
+    with scratches.scratch() as scratch:  # swept by a later build where this process is killed
         for _ in range(2):  # once more where an input changed meanwhile, unless the front has its outputs
             rec, moved = _watched(argv, compile, tree, source, observer, scratch, tools, str(cache.root), ran, out)
             if not moved or ran.answered:
@@ -46,8 +45,6 @@ def build(cache: Cache, argv: list[str], compile: Compile, code: str, ran: Ran, 
         if moved:
             rec = record.Record([record.never("changed while compiling", f"{moved} changed while it was compiled")],
                                 [], [], [])
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return BuildResult(deps=rec.deps, absent=rec.absent, env=rec.env, system=rec.system)
 
 
