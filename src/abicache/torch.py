@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # (build_inline, plan, inline_sources, target_macro, lenient, TorchInstall, ...) are this
 # module's too (__getattr__ below).
 
+
 def load_inline(name: str, cpp_sources: Sequence[str] | str, cuda_sources: Sequence[str] | str | None = None,
                 sycl_sources: Sequence[str] | str | None = None, functions: Any = None,
                 extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_sycl_cflags: Any = None,

@@ -20,9 +20,12 @@ import shutil
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import Iterator
+
+from ..store import lock
 
 #: a scratch folder's name starts with this (mkdtemp adds 8 random characters)
 PREFIX = "abicache-scratch-"
@@ -62,20 +65,13 @@ def scratch() -> Iterator[str]:
 
 
 def _hold(folder: str) -> int:
-    """Take the folder's lock; -1 where it cannot be had (no flock here): the folder then has
-    no lock file, and no sweep ever removes it."""
+    """Take the folder's lock (store/lock.py's flock); -1 where it cannot be had (no flock
+    here): the folder then has no lock file, and no sweep ever removes it."""
     path = os.path.join(folder, ALIVE)
-    try:
-        import fcntl
-
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except (ImportError, OSError):
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
+    fd = lock.hold(Path(path), 0o600)
+    if fd is None:
+        with suppress(OSError):
+            os.unlink(path)
         return -1
     return fd
 
@@ -151,16 +147,11 @@ def sweep(where: str | None = None) -> list[str]:
 def _abandoned(folder: str) -> bool:
     """Remove the folder if no process holds its lock; whether it did. One without a lock file
     is left alone: its build could not take one."""
-    try:
-        import fcntl
-
-        fd = os.open(os.path.join(folder, ALIVE), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (ImportError, OSError):
+    path = os.path.join(folder, ALIVE)
+    if not os.path.isfile(path):
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+    fd = lock.hold(Path(path), 0o600)
+    if fd is None:
         return False  # a build is running there
     try:
         shutil.rmtree(folder, ignore_errors=True)  # held by this sweep while it removes it

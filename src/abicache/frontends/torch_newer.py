@@ -19,9 +19,7 @@ _OURS = ("stable", "target", "cache", "newer")
 
 def call(function: str, mine: Callable[..., Any], saved: Callable[..., Any] | None, given: Mapping[str, Any],
          newer: Mapping[str, Any], **ours: Any) -> Any:
-    """A call with a parameter of a newer torch than abicache knows, handed to torch's own
-    function (uncached), with one warning naming it: every torch release may add one, and
-    the drop-in must not turn it into a TypeError in someone's program. The arguments given
+    """The call, handed to torch's own function (module docstring). The arguments given
     are passed on as keywords, those left at torch's defaults not at all (an older torch may
     lack them); a parameter torch does not know either is torch's own TypeError. mine: abicache's
     function of that name; saved: torch's own, as install() saved it (None: not installed)."""

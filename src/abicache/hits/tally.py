@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from stat import S_ISREG
 
+from . import LAYOUT
+
 TYPE_CHECKING = False  # typing is not imported at run time: a hit does not pay for it
 
 #: (store root, kind of entry) -> [hits, seconds saved]
@@ -61,13 +63,13 @@ def flush() -> None:
     taken = list(_pending.items())
     _pending.clear()
     for (root, kind), (hits, seconds) in taken:
-        if not os.path.isdir(os.path.join(root, "v3")):
+        if not os.path.isdir(os.path.join(root, LAYOUT)):
             continue  # removed since it served them (by its user): never made again for its counts
         named = kind.isprintable() and '"' not in kind and "\\" not in kind  # a kind is a name: cc.library
         line = b'{"time": %.3f, "pid": %d, "hits_local": %d, "hits_record": %d, %s"seconds_saved": %.3f}\n' % (
             time.time(), os.getpid(), hits, hits, b'"kind:%s:hits": %d, ' % (kind.encode(), hits) if named else b"",
             seconds)
-        if not _append(os.path.join(root, "v3", "log", f"{_LOG}.jsonl"), line):
+        if not _append(os.path.join(root, LAYOUT, "log", f"{_LOG}.jsonl"), line):
             _by_counters(root, kind, int(hits), seconds)
 
 
