@@ -398,20 +398,26 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
     except (ValueError, OSError):
         libc = ""
     where = "\0".join((who, sys.executable, sys.version, str(sys.implementation.cache_tag), " ".join(uname), libc))
-    return _sha256_hex(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
+    return _digest(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
                                      where.encode("utf-8", "surrogateescape"), env)))
 
 
-def _sha256_hex(data: bytes) -> str:
-    """values/digest.py's sha256_hex; where hashlib is loaded already (torch imports it), taken
-    from it without importing digest.py and its package: two modules, ~0.3 ms of a torch
-    extension's hit after `import torch`. The same digest either way."""
-    hashlib = sys.modules.get("hashlib")
-    if hashlib is not None:
-        return hashlib.sha256(data).hexdigest()
-    from ..values.digest import sha256_hex
+def _digest(data: bytes) -> str:
+    """The hex blake2b-256 of data: a record's name, the keeper's address, a slot's tag.
+    CPython's own blake2b (hashlib's, which never takes OpenSSL's), imported once: a first
+    sha256 through OpenSSL cost a torch extension's hit ~50 us (its digest's start-up), and
+    one without OpenSSL loaded took values/digest.py, its package and _sha256: ~0.4 ms of a
+    C library's hit, where _blake2 takes ~0.2."""
+    global _blake2b
+    if _blake2b is None:
+        try:
+            from _blake2 import blake2b as _blake2b
+        except ImportError:  # pragma: no cover - an interpreter built without it
+            from hashlib import blake2b as _blake2b
+    return _blake2b(data, digest_size=32).hexdigest()
 
-    return sha256_hex(data)
+
+_blake2b: Any = None  # _blake2.blake2b, once a digest is asked
 
 
 # ---- the record on disk --------------------------------------------------------------
@@ -656,7 +662,7 @@ PREFIX = b"\0abicache-keeper-"
 #: (descheduled on a loaded machine) is not waited for, the process checks itself
 ASK_SECONDS = 0.02
 #: the state: a 64-bit sequence number, then SLOTS records, each its generation (64 bits, 0:
-#: none) and its tag (the first 24 bytes of the sha256 of its name and identity)
+#: none) and its tag (the first 24 bytes of the digest of its name and identity: _digest)
 SEQUENCE = 8
 SLOT = 32
 SLOTS = 4096
@@ -688,13 +694,13 @@ def address(real_root: str) -> bytes | None:
         return None
     parts = [KEEPER_FORMAT, b"%d" % os.geteuid(), spaces, b"%d:%d" % (top.st_dev, top.st_ino), os.fsencode(real_root),
              __version__.encode()]
-    return PREFIX + _sha256_hex(b"\0\0".join(parts))[:40].encode()
+    return PREFIX + _digest(b"\0\0".join(parts))[:40].encode()
 
 
 def tag(record: str, identity: tuple[int, int, int, int]) -> bytes:
     """What a record's slot holds beside its generation: its name and the file's identity
-    (_sha256_hex: OpenSSL's where loaded, else CPython's own, without its start-up)."""
-    return bytes.fromhex(_sha256_hex(b"%s %d %d %d %d" % (record.encode(), *identity)))[:SLOT - 8]
+    (_digest)."""
+    return bytes.fromhex(_digest(b"%s %d %d %d %d" % (record.encode(), *identity)))[:SLOT - 8]
 
 
 def first_slot(record: str) -> int:
