@@ -62,7 +62,8 @@ HIT = textwrap.dedent("""
     served = type(next(iter(cc._loaded.values()))[0]).__name__ == "Served"
     print(json.dumps({"value": lib.answer(), "spawned": spawned,
                       "heavy": [m for m in HEAVY if m in sys.modules], "compiled": compiled, "served": served,
-                      "blake2": "_blake2" in sys.modules, "engine": "abicache.engine" in sys.modules}))
+                      "blake2": "_blake2" in sys.modules, "sha256": "_sha256" in sys.modules,
+                      "engine": "abicache.engine" in sys.modules}))
 """)
 
 
@@ -88,12 +89,13 @@ def test_a_fresh_process_hit_spawns_nothing_and_imports_no_torch(tmp_path: Path)
         runs.append(json.loads(out.stdout))
         if runs[-1]["served"]:
             break
-    assert {**runs[0], "blake2": None, "engine": None} == {
-        "value": 7, "spawned": [], "heavy": [], "compiled": [], "served": False, "blake2": None,
+    assert {**runs[0], "blake2": None, "sha256": None, "engine": None} == {
+        "value": 7, "spawned": [], "heavy": [], "compiled": [], "served": False, "blake2": None, "sha256": None,
         "engine": None}  # the full lookup sums the build's dependencies with blake2, and plans with the engine
-    # served: neither; nor the steering variables (engine/steer.py: the memo compares the whole environment)
-    assert runs[-1] == {"value": 7, "spawned": [], "heavy": [], "compiled": [], "served": True, "blake2": False,
-                        "engine": False}, runs
+    # served: blake2 names its record (hits _digest), and nothing more: no CPython sha256 (values/digest.py),
+    # no engine, nor the steering variables (engine/steer.py: the memo compares the whole environment)
+    assert runs[-1] == {"value": 7, "spawned": [], "heavy": [], "compiled": [], "served": True, "blake2": True,
+                        "sha256": False, "engine": False}, runs
 
 
 #: what a fresh process's hit must not import at all: typing (2-3 ms), OpenSSL's hashlib (2-3 ms:
