@@ -416,8 +416,9 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
         os.killpg(proc.pid, signal.SIGKILL)  # the builder
         proc.wait()
         assert faultlib.partial_entries(Cache(store)) == []
-    # its compilers run in sessions of their own (engine/interrupt.py), so SIGKILL left them running,
-    # writing into its scratch folder: they end first (a folder written to lately is not swept)
+    # the commands it started died with it (observe.c), but what they started (the wrapper's sleep,
+    # cc1plus, as) finishes its step, writing into its scratch folder: they end first (a folder
+    # written to lately is not swept)
     deadline = time.monotonic() + 30
     if shutil.which("pkill") is None:
         time.sleep(5)  # each takes ~0.5 s
@@ -439,6 +440,53 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
                    env={**env, "CXX": "c++"})
     assert other.returncode == 0, other.stderr
     assert sorted(p.name for p in temp.glob(f"{scratch.PREFIX}*")) == []
+
+
+def _running(marker: bytes) -> list[int]:
+    """The processes of this machine whose command line holds marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if entry.isdigit() and marker in f.read():
+                    found.append(int(entry))
+        except OSError:
+            pass  # gone, or not a process
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+def test_the_compiler_a_builder_started_dies_with_it_when_sigkill_ends_it(tmp_path: Path) -> None:
+    """A builder killed by SIGKILL (the OOM killer, a scheduler's timeout) runs no cleanup, and its
+    compilers run in sessions of their own: the command it started is killed with it (observe.c
+    started), where it ran on for as long as it took (here a compile that would take 2 minutes)."""
+    need("c++")
+    paths = _eight(tmp_path / "p")
+    marker = f"abicache-hanging-compile-{os.urandom(6).hex()}"
+    wrapper = tmp_path / "hanging-c++"  # a unit's compile hangs; the compiler's probes are c++'s own
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*) exec "{sys.executable}" -c "import time; '
+                       f'time.sleep(120)" {marker} ;; esac\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CXX": str(wrapper)}
+    argv = [sys.executable, "-c", SLOW_BUILD, str(tmp_path / "store"), str(tmp_path / "p" / "inc"), *map(str, paths)]
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while not _running(marker.encode()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(marker.encode()), (tmp_path / "stderr").read_text()
+        os.killpg(proc.pid, signal.SIGKILL)  # the builder, not its compilers' sessions
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _running(marker.encode()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(marker.encode()) == [], "a compile outlived the builder that SIGKILL ended"
+    finally:
+        for pid in _running(marker.encode()):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_eight_processes_racing_compile_each_object_once(tmp_path: Path) -> None:

@@ -13,6 +13,9 @@ is not the build's failure, and is never shared with the fleet as one.
 Without this, Ctrl-C in a 4-unit build went on compiling for 15-18 s (the
 build waited for every queued unit) and ended in a 108-line traceback naming
 `BuildError (exit -2)`.
+
+A build killed by SIGKILL runs none of this: the observer (observe.c) has the command
+abicache started die with the thread that started it (the parent-death signal).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@
  *   w PATH   created, written, removed or renamed (a folder the build writes in is its own
  *            work, not an input: its listing is not recorded)
  *   x PID:PATH   the program of this process (from its start)
- *   R PID:       this process was started by abicache (ABICACHE_TRACE_PARENT)
+ *   R PID:       this process was started by abicache (ABICACHE_TRACE_PARENT); it dies with
+ *                the process that started it (below: started())
  *   X PID:PATH   this process is about to exec PATH (where it is found: found() below)
  *   F PID:       that exec failed: the process goes on as it was
  *   S PID:PATH   this process spawned PID to run PATH (posix_spawn)
@@ -48,6 +49,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <signal.h>
+#include <sys/prctl.h>
+#endif
 
 extern char **environ;
 static int trace_fd = -1;
@@ -108,6 +113,22 @@ static void outcome(int ok, int dirfd, const char *path, char hit) {
 static const char fd_name[] = "ABICACHE_TRACE_FD=";
 static const char parent_name[] = "ABICACHE_TRACE_PARENT=";
 
+/* The command abicache started (the compiler driver, or a wrapper that execs it) is killed
+ * when the thread that started it ends, however abicache ended: a builder killed by SIGKILL
+ * (the OOM killer, a scheduler's timeout) runs no cleanup, and its compilers, in sessions of
+ * their own so that Ctrl-C reaches abicache first (engine/interrupt.py), went on for minutes
+ * writing into a scratch folder no one would read. Only that process: what it started (cc1plus,
+ * ptxas, ld) finishes its step and starts no next one; a daemon it starts (a compiler cache's
+ * server) must outlive it, and a fork clears the setting. abicache's threads wait for the
+ * commands they start. A parent gone before the prctl: gone at once. */
+static void started(long pid) {
+    put_pid('R', pid, NULL);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if ((long)getppid() != trace_parent) raise(SIGKILL);
+#endif
+}
+
 __attribute__((constructor)) static void start(void) {
     for (char **e = environ; e && *e; e++) {  /* not getenv: that is wrapped */
         if (strncmp(*e, fd_name, sizeof fd_name - 1) == 0) {
@@ -129,7 +150,7 @@ __attribute__((constructor)) static void start(void) {
     ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
     long pid = (long)getpid();
     if (got > 0) { exe[got] = '\0'; put_pid('x', pid, exe); }
-    if (trace_parent > 0 && (long)getppid() == trace_parent) put_pid('R', pid, NULL);
+    if (trace_parent > 0 && (long)getppid() == trace_parent) started(pid);
 }
 
 #define REAL(name) \
