@@ -445,13 +445,13 @@ def test_sigkill_during_a_parallel_build_leaves_nothing_partial(tmp_path: Path) 
 def _running(marker: bytes) -> list[int]:
     """The processes of this machine whose command line holds marker."""
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if entry.isdigit() and marker in f.read():
+                if marker in f.read():
                     found.append(int(entry))
         except OSError:
-            pass  # gone, or not a process
+            pass  # gone since
     return found
 
 

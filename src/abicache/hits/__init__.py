@@ -60,7 +60,8 @@ for itself (record.py check).
 
 A call likely to ask (a torch extension's) connects first (reach), so that the keeper wakes
 while the call is named and its record read. Nothing here imports more than os, sys, time,
-stat, struct, fcntl and _socket (socket.py imports enum: ~1 ms where torch has not imported it).
+stat, struct, fcntl, _socket (socket.py imports enum: ~1 ms where torch has not imported it) and
+_blake2 (the names: _digest).
 """
 
 from __future__ import annotations
@@ -399,12 +400,12 @@ def name(call: bytes, root: str | os.PathLike[str]) -> str | None:
         libc = ""
     where = "\0".join((who, sys.executable, sys.version, str(sys.implementation.cache_tag), " ".join(uname), libc))
     return _digest(b"\0\0".join((FORMAT, __version__.encode(), call, os.fsencode(root), os.fsencode(here),
-                                     where.encode("utf-8", "surrogateescape"), env)))
+                                 where.encode("utf-8", "surrogateescape"), env)))
 
 
 def _digest(data: bytes) -> str:
     """The hex blake2b-256 of data: a record's name, the keeper's address, a slot's tag.
-    CPython's own blake2b (hashlib's, which never takes OpenSSL's), imported once: a first
+    CPython's own blake2b (hashlib's blake2b is this one, never OpenSSL's), imported once: a first
     sha256 through OpenSSL cost a torch extension's hit ~50 us (its digest's start-up), and
     one without OpenSSL loaded took values/digest.py, its package and _sha256: ~0.4 ms of a
     C library's hit, where _blake2 takes ~0.2."""
