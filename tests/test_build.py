@@ -489,6 +489,97 @@ def test_the_compiler_a_builder_started_dies_with_it_when_sigkill_ends_it(tmp_pa
             proc.kill()
 
 
+def _gone_within(marker: bytes, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _running(marker)
+
+
+def _wait_for(path: Path, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path.read_text() if path.exists() else ""
+
+
+#: when the command goes on: once its builder is reaped (no such process), or while it waits to be (a
+#: zombie, which still answers kill(): its parent, a shell or a scheduler, has not waited for it yet)
+_ORPHANED = {"reaped": "os.path.exists(f'/proc/{builder}')", "unreaped": "os.getppid() == builder"}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+@pytest.mark.parametrize("builder_is", sorted(_ORPHANED))
+def test_a_command_whose_builder_died_as_it_started_it_dies_too(tmp_path: Path, builder_is: str) -> None:
+    """The builder killed between its fork and the command's first instruction: the command,
+    orphaned before the observer could tie it to its parent, still dies (observe.c start).
+    CI once saw one such compile outlive the test above; here the window is held open."""
+    need("cc")
+    from abicache.engine import observe
+
+    library = observe.library(tmp_path / "tools")
+    assert library is not None
+    marker = f"abicache-orphaned-compile-{os.urandom(6).hex()}"
+    execing = tmp_path / "execing"
+    # the command, unobserved until it execs (as a fork of abicache is), waits to be orphaned
+    command = (f"import os, sys, time\nbuilder = int(sys.argv[1])\n"
+               f"while {_ORPHANED[builder_is]}: time.sleep(0.01)\n"
+               f"open({str(execing)!r}, 'w').close()\n"
+               f"os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}],"
+               f" {{**os.environ, 'LD_PRELOAD': {str(library)!r}}})\n")
+    builder = (f"import os, subprocess, sys\n"
+               f"subprocess.Popen([sys.executable, '-c', {command!r}, str(os.getpid())], start_new_session=True,"
+               f" env={{**os.environ, {observe.PARENT_VARIABLE!r}: str(os.getpid())}})\n")
+    proc = subprocess.Popen([sys.executable, "-c", builder])
+    try:
+        if builder_is == "reaped":
+            assert proc.wait(timeout=60) == 0
+        _wait_for(execing)
+        assert execing.exists(), "the command was never orphaned"
+        assert _gone_within(marker.encode(), 10) == [], "a command outlived the builder that died as it started"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        for pid in _running(marker.encode()):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+def test_a_daemon_the_command_started_runs_its_own_commands_after_the_builder_is_gone(tmp_path: Path) -> None:
+    """A compiler cache's server, started by a build's compile, serves later builds: what it
+    starts after that build's abicache has ended is no orphaned command and runs."""
+    need("cc")
+    from abicache.engine import observe
+
+    library = observe.library(tmp_path / "tools")
+    assert library is not None
+    marker = f"abicache-daemons-compile-{os.urandom(6).hex()}"
+    ready, served = tmp_path / "ready", tmp_path / "served"
+    # the command forks a daemon (its own session), which, once the builder is gone, runs a compile
+    daemon = (f"import os, subprocess, sys, time\nbuilder = int(sys.argv[1])\n"
+              f"if os.fork() == 0:\n"
+              f"    os.setsid()\n"
+              f"    while os.path.exists(f'/proc/{{builder}}'): time.sleep(0.01)\n"
+              f"    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])\n"
+              f"    time.sleep(1)\n"
+              f"    open({str(served)!r}, 'w').write(str(p.poll()))\n"
+              f"    os._exit(0)\n"
+              f"open({str(ready)!r}, 'w').close()\n"
+              f"time.sleep(120)\n")
+    builder = (f"import os, subprocess, sys, time\n"
+               f"env = {{**os.environ, 'LD_PRELOAD': {str(library)!r}, {observe.PARENT_VARIABLE!r}: str(os.getpid())}}\n"
+               f"subprocess.Popen([sys.executable, '-c', {daemon!r}, str(os.getpid())], start_new_session=True, env=env)\n"
+               f"while not os.path.exists({str(ready)!r}): time.sleep(0.01)\n")
+    try:
+        subprocess.run([sys.executable, "-c", builder], check=True, timeout=60)
+        assert _wait_for(served) == "None", "the daemon's compile was killed as the builder's orphan"
+        assert _running(marker.encode()), "the daemon's compile did not outlive its first second"
+    finally:
+        for pid in _running(marker.encode()):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_eight_processes_racing_compile_each_object_once(tmp_path: Path) -> None:
     argv, env, log = _slow_build(tmp_path)
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) for _ in range(8)]

@@ -15,7 +15,8 @@ build waited for every queued unit) and ended in a 108-line traceback naming
 `BuildError (exit -2)`.
 
 A build killed by SIGKILL runs none of this: the observer (observe.c) has the command
-abicache started die with the thread that started it (the parent-death signal).
+abicache started die with the thread that started it (the parent-death signal), and
+one that abicache's death orphaned before the observer ran die as it starts.
 """
 
 from __future__ import annotations

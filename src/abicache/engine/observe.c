@@ -52,6 +52,7 @@
 #ifdef __linux__
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 
 extern char **environ;
@@ -129,6 +130,39 @@ static void started(long pid) {
 #endif
 }
 
+/* Only the command's own process reads ABICACHE_TRACE_PARENT: it takes the variable out of its
+ * environment, so what it starts (an exec keeps the setting above) never sees it. So a process
+ * that sees it and whose parent is another is that command, orphaned between abicache's fork and
+ * this constructor (the builder killed while it started a compile): it dies where abicache is
+ * gone. A later process of a daemon the command started (a compiler cache's server) never sees
+ * the variable, and a process of a tool the observer cannot enter (a static wrapper) sees it
+ * while abicache is alive. */
+static void take_parent(void) {
+    char **kept = environ;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, parent_name, sizeof parent_name - 1) != 0) *kept++ = *e;
+    if (kept) *kept = NULL;
+}
+
+#ifdef __linux__
+/* No such process, or one that has ended and waits for its parent to reap it: a zombie still
+ * answers kill(), for as long as its parent (a shell, a scheduler) takes. Its state is read with
+ * the system call itself, so that it is never reported as an input of the build. */
+static int abicache_gone(void) {
+    if (kill((pid_t)trace_parent, 0) == -1) return errno == ESRCH;
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", trace_parent);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (got <= 0) return 0;
+    stat[got] = '\0';
+    const char *state = strrchr(stat, ')');  /* "pid (name) state ...": the name may hold anything */
+    return state && (state[1] == ' ') && (state[2] == 'Z' || state[2] == 'X');
+}
+#endif
+
 __attribute__((constructor)) static void start(void) {
     for (char **e = environ; e && *e; e++) {  /* not getenv: that is wrapped */
         if (strncmp(*e, fd_name, sizeof fd_name - 1) == 0) {
@@ -150,7 +184,12 @@ __attribute__((constructor)) static void start(void) {
     ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
     long pid = (long)getpid();
     if (got > 0) { exe[got] = '\0'; put_pid('x', pid, exe); }
-    if (trace_parent > 0 && (long)getppid() == trace_parent) started(pid);
+    if (trace_parent <= 0) return;
+    take_parent();
+    if ((long)getppid() == trace_parent) started(pid);
+#ifdef __linux__
+    else if (abicache_gone()) raise(SIGKILL);
+#endif
 }
 
 #define REAL(name) \
