@@ -456,13 +456,27 @@ def _running(marker: bytes) -> list[int]:
 
 
 def _gone_within(marker: bytes, seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while _running(marker) and time.monotonic() < deadline:
+    """The processes with marker left after seconds, or [] once none has been for a while: a
+    process in the middle of an exec shows no command line for an instant."""
+    deadline, empty = time.monotonic() + seconds, 0
+    while empty < 5 and time.monotonic() < deadline:
+        empty = 0 if _running(marker) else empty + 1
         time.sleep(0.05)
     return _running(marker)
 
 
+def _alive(pid: int) -> bool:
+    """Whether the process is there and has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
 def _wait_for(path: Path, seconds: float = 30) -> str:
+    """What path holds once it is there (written whole: put by a rename)."""
     deadline = time.monotonic() + seconds
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -502,6 +516,11 @@ def test_the_compiler_a_builder_started_dies_with_it_when_sigkill_ends_it(tmp_pa
             proc.kill()
 
 
+def _put(path: Path, text: str) -> str:
+    """Python code that writes text to path whole (a reader never sees it half written)."""
+    return f"open({str(path)!r} + '.part', 'w').write({text}); os.rename({str(path)!r} + '.part', {str(path)!r})"
+
+
 def _survive(flag: Path) -> str:
     """A program that says it runs (its observer let it), then waits to be killed."""
     return f"open({str(flag)!r}, 'w').close(); import time; time.sleep(120)"
@@ -528,7 +547,7 @@ def test_a_command_whose_builder_died_as_it_started_it_dies_too(tmp_path: Path, 
     # the command, unobserved until it execs (as a fork of abicache is), waits to be orphaned
     command = (f"import os, sys, time\nbuilder = int(sys.argv[1])\n"
                f"while {_ORPHANED[builder_is]}: time.sleep(0.01)\n"
-               f"open({str(execing)!r}, 'w').close()\n"
+               f"{_put(execing, 'str(os.getpid())')}\n"
                f"os.execve(sys.executable, [sys.executable, '-c', {_survive(survived)!r}, {marker!r}],"
                f" {{**os.environ, 'LD_PRELOAD': {str(library)!r}}})\n")
     builder = (f"import os, subprocess, sys\n"
@@ -538,13 +557,13 @@ def test_a_command_whose_builder_died_as_it_started_it_dies_too(tmp_path: Path, 
     try:
         if builder_is == "reaped":
             assert proc.wait(timeout=60) == 0
-        _wait_for(execing)
-        assert execing.exists(), "the command was never orphaned"
+        command_pid = int(_wait_for(execing) or 0)
+        assert command_pid, "the command was never orphaned"
         deadline = time.monotonic() + 120  # what decides is which comes first, not a time
-        while _running(marker.encode()) and not survived.exists() and time.monotonic() < deadline:
+        while _alive(command_pid) and not survived.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not survived.exists(), "a command outlived the builder that died as it started"
-        assert _running(marker.encode()) == []
+        assert not _alive(command_pid)
         assert proc.wait(timeout=60) == 0
     finally:
         for pid in _running(marker.encode()):
@@ -564,6 +583,7 @@ def test_a_daemon_the_command_started_runs_its_own_commands_after_the_builder_is
     assert library is not None
     marker = f"abicache-daemons-compile-{os.urandom(6).hex()}"
     ready, served, survived = tmp_path / "ready", tmp_path / "served", tmp_path / "survived"
+    report = _put(served, "f'{p.pid} {p.poll()}'")  # the daemon's compile: its pid, and its exit code (None: runs)
     # the command forks a daemon (its own session), which, once the builder is gone, runs a compile
     daemon = (f"import os, subprocess, sys, time\nbuilder = int(sys.argv[1])\n"
               f"if os.fork() == 0:\n"
@@ -571,7 +591,7 @@ def test_a_daemon_the_command_started_runs_its_own_commands_after_the_builder_is
               f"    while os.path.exists(f'/proc/{{builder}}'): time.sleep(0.01)\n"
               f"    p = subprocess.Popen([sys.executable, '-c', {_survive(survived)!r}, {marker!r}])\n"
               f"    while p.poll() is None and not os.path.exists({str(survived)!r}): time.sleep(0.01)\n"
-              f"    open({str(served)!r}, 'w').write(f'{{p.pid}} {{p.poll()}}')\n"
+              f"    {report}\n"
               f"    os._exit(0)\n"
               f"open({str(ready)!r}, 'w').close()\n"
               f"time.sleep(120)\n")
