@@ -84,6 +84,17 @@ def need(tool: str) -> str:
     return path
 
 
+def alive(pid: int) -> bool:
+    """Whether the process is there and has not ended: a zombie (its parent has not waited for
+    it yet) has."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
 def python_with_src(version: str) -> str:
     """A pyenv interpreter of that version, or skip."""
     base = Path.home() / ".pyenv" / "versions"

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from abicache import Cache, cc
 from abicache.engine import depfile, scratch
 from abicache.store import deps as depcheck
-from conftest import SRC, need, run_py
+from conftest import SRC, alive, need, run_py
 
 LIB = '#include "helper.h"\n#include "api.h"\nextern "C" int answer() { return helper() + API; }\n'
 
@@ -465,16 +465,6 @@ def _gone_within(marker: bytes, seconds: float) -> list[int]:
     return _running(marker)
 
 
-def _alive(pid: int) -> bool:
-    """Whether the process is there and has not ended (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
-
-
 def _wait_for(path: Path, seconds: float = 30) -> str:
     """What path holds once it is there (written whole: put by a rename)."""
     deadline = time.monotonic() + seconds
@@ -560,10 +550,10 @@ def test_a_command_whose_builder_died_as_it_started_it_dies_too(tmp_path: Path, 
         command_pid = int(_wait_for(execing) or 0)
         assert command_pid, "the command was never orphaned"
         deadline = time.monotonic() + 120  # what decides is which comes first, not a time
-        while _alive(command_pid) and not survived.exists() and time.monotonic() < deadline:
+        while alive(command_pid) and not survived.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not survived.exists(), "a command outlived the builder that died as it started"
-        assert not _alive(command_pid)
+        assert not alive(command_pid)
         assert proc.wait(timeout=60) == 0
     finally:
         for pid in _running(marker.encode()):

@@ -15,7 +15,7 @@ import pytest
 
 from abicache import hits
 from abicache.hits import keeper
-from conftest import need
+from conftest import alive, need
 
 LARGE = '#include <bits/stdc++.h>\n#include "answer.h"\nextern "C" int answer() { return std::max(ANSWER, 0); }'
 
@@ -282,7 +282,7 @@ def test_the_keeper_leaves_when_idle_when_its_store_goes_and_when_asked(tmp_path
     assert keeper.wait_for(real)
     pid = keeper.status(real)["pid"]  # type: ignore[index]
     end = time.monotonic() + 15
-    while _alive(pid):  # idle: a second without a visitor (a status is one: not asked meanwhile)
+    while alive(pid):  # idle: a second without a visitor (a status is one: not asked meanwhile)
         assert time.monotonic() < end, "the idle keeper did not leave"
         time.sleep(0.05)
     keeper.start(real, idle=60.0)
@@ -295,18 +295,6 @@ def test_the_keeper_leaves_when_idle_when_its_store_goes_and_when_asked(tmp_path
     keeper.start(real, idle=60.0)
     assert keeper.wait_for(real) and keeper.stop(real)
     _gone(real, 5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (its parent, start()'s process, is this one) is gone too
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _gone(real: str, seconds: float) -> None:
