@@ -26,15 +26,17 @@ def clean_python(folder: Path) -> str:
     return str(folder / "bin" / "python")
 
 
-def run_last_line(code: str, env: dict[str, str], timeout: float = 1800, python: str = sys.executable) -> str:
-    """Run code in a fresh interpreter; its last line of output."""
+def run_last_line(code: str, env: dict[str, str], timeout: float = 1800, python: str = sys.executable,
+                  cwd: str | None = None) -> str:
+    """Run code in a fresh interpreter (in cwd: its sys.path[0]); its last line of output."""
     out = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env={**base_env(), **env}, timeout=timeout)
+                         env={**base_env(), **env}, timeout=timeout, cwd=cwd)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     return out.stdout.strip().splitlines()[-1]
 
 
-def run_json(code: str, env: dict[str, str], timeout: float = 1800, python: str = sys.executable) -> Any:
+def run_json(code: str, env: dict[str, str], timeout: float = 1800, python: str = sys.executable,
+             cwd: str | None = None) -> Any:
     """Run code in a fresh interpreter; the JSON it printed last."""
-    return json.loads(run_last_line(code, env, timeout, python))
+    return json.loads(run_last_line(code, env, timeout, python, cwd))

@@ -4,7 +4,9 @@ Cold build, warm hit in-process, and time to the first call in a fresh
 process (with `import torch`, which both need), plus a stable-ABI op. The load
 after `import torch` is shown beside its floor: the same `.so` imported by path
 in a fresh process (Python's own import of the file; nothing checked), and
-split in two: importing the frontend's modules, and the load call itself.
+split in two: importing the frontend's modules, and the load call itself. And the load in a
+process started just after a file was written in its working folder (its sys.path[0], which a
+torch extension's record watches for names): a script's output, written beside it.
 
     python3 bench/torch_frontend.py [--rounds 11]
 
@@ -18,6 +20,7 @@ import json
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from common import run_json as run
@@ -67,6 +70,11 @@ print(json.dumps({{"s": time.perf_counter() - t}}))
 """
 
 
+#: how long before the next process a file is written in its working folder (a script's output,
+#: written as it ends: the next one starts later than this)
+WRITTEN_GAP_S = 0.2
+
+
 PRELUDE = "import json, time, timeit\nstart = time.perf_counter()\nimport torch\nafter_import = time.perf_counter()\n"
 HIT = """
 imported = time.perf_counter()
@@ -76,22 +84,29 @@ print(json.dumps({"first_call_s": t - start, "after_import_s": t - after_import,
                   "frontend_import_s": imported - after_import, "call_s": t - imported, "path": m.__file__}))"""
 
 
-def measure(env: dict[str, str], runs: int) -> dict[str, dict[str, float]]:
+def measure(env: dict[str, str], runs: int, cwd: str) -> dict[str, dict[str, float]]:
     """Each tool's cold build, then their fresh-process hits and floors alternating (a process's
-    `import torch` alone varies by a second on this machine: neither tool takes all slow rounds)."""
+    `import torch` alone varies by a second on this machine: neither tool takes all slow rounds).
+    Every process works in cwd, its sys.path[0]; each round also runs one after a file was just
+    written there (WRITTEN_GAP_S before), as a script's output beside it is."""
     tools = list(CALLS)
     res = {which: run(PRELUDE + CALLS[which] + """
 m = load(); assert m.add(2, 3) == 5
-print(json.dumps({"cold_s": time.perf_counter() - after_import}))""", env) for which in tools}
+print(json.dumps({"cold_s": time.perf_counter() - after_import}))""", env, cwd=cwd) for which in tools}
     hits: dict[str, list[dict[str, float]]] = {which: [] for which in tools}
+    written: dict[str, list[dict[str, float]]] = {which: [] for which in tools}
     floors: dict[str, list[float]] = {which: [] for which in tools}
     for round_ in range(runs):
         for which in tools if round_ % 2 == 0 else tools[::-1]:
-            hits[which].append(run(PRELUDE + GC_CLOCK + CALLS[which] + HIT, env))
-            floors[which].append(run(FLOOR.format(path=hits[which][0]["path"]), env)["s"])
+            hits[which].append(run(PRELUDE + GC_CLOCK + CALLS[which] + HIT, env, cwd=cwd))
+            floors[which].append(run(FLOOR.format(path=hits[which][0]["path"]), env, cwd=cwd)["s"])
+            Path(cwd, f"output-{which}-{round_}.txt").write_text("a script's output\n")
+            time.sleep(WRITTEN_GAP_S)
+            written[which].append(run(PRELUDE + GC_CLOCK + CALLS[which] + HIT, env, cwd=cwd))
     for which in tools:
         for key in ("first_call_s", "after_import_s", "frontend_import_s", "call_s", "gc_s"):
             res[which][key] = statistics.median(h[key] for h in hits[which])
+        res[which]["written_s"] = statistics.median(h["after_import_s"] for h in written[which])
         res[which]["floor_s"] = statistics.median(floors[which])
         res[which]["repeat_us"] = 1e6 * run(PRELUDE + CALLS[which] + """
 load(); n = 200
@@ -119,8 +134,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="abicache-torch-bench-"))
     env = {"ABICACHE_DIR": str(work / "abicache"), "TORCH_EXTENSIONS_DIR": str(work / "torch_ext"),
            "ABICACHE_PROGRESS": "0"}
+    (work / "script").mkdir()
     try:
-        measured = measure(env, args.rounds)
+        measured = measure(env, args.rounds, str(work / "script"))
         stable = stable_cold(env)
     finally:  # the builds, and with the store the keeper its first build started (it leaves when the store goes)
         shutil.rmtree(work, ignore_errors=True)
@@ -136,6 +152,7 @@ def main() -> None:
             ("    importing the frontend's modules", "frontend_import_s", 1e3, "ms"),
             ("    the load call (key, lookup, checks, dlopen)", "call_s", 1e3, "ms"),
             ("    of these, garbage collection of torch's young objects", "gc_s", 1e3, "ms"),
+            ("  the load, a file just written in its working folder", "written_s", 1e3, "ms"),
             ("warm hit, repeated in-process", "repeat_us", 1, "us")]
     for label, key, scale, unit in rows:
         a, b = ours[key] * scale, theirs[key] * scale
