@@ -46,8 +46,11 @@ if TYPE_CHECKING:
 QUESTION_SECONDS = 5.0
 #: how often an idle keeper looks at its store and its code
 TICK_SECONDS = 1.0
-#: the default of ABICACHE_KEEPER (settings/config.py)
-IDLE_SECONDS = 900.0
+#: the default of ABICACHE_KEEPER (settings/config.py): 3 hours, as Gradle's and Bazel's servers wait. A hit
+#: starts no keeper, so one gone makes every torch extension's hit check its ~700 witnesses itself (5-7 ms
+#: against ~2 on its word) until a full lookup starts one, which may be days (the verify age); an idle one
+#: holds ~15 MB and looks at its store once a second
+IDLE_SECONDS = 10800.0
 
 
 #: how often a record may be checked again after an event, at most: a folder that changes all the time

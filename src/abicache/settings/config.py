@@ -56,7 +56,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ABICACHE_WARM": ("1", "0: the launcher's native front never hands a miss to a warm launcher (a Python "
                       "process that has imported what a miss needs, forked per compile); every miss then starts "
                       "Python (read from the environment alone, as the front is)"),
-    "ABICACHE_KEEPER": ("900", "seconds the store's keeper (a process of yours that watches large hit records' "
+    "ABICACHE_KEEPER": ("10800", "seconds the store's keeper (a process of yours that watches large hit records' "
                         "files, so that a fresh process's hit asks it once instead of checking them) waits for a "
                         "question before it exits; 0: none is started nor asked"),
     "ABICACHE_CHECK": ("0", "N: check one hit in N in the background (abicache check: build it again from "
