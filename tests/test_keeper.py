@@ -181,6 +181,16 @@ def test_a_torch_extension_after_import_torch_stands_on_the_keepers_word(
         keeper.stop(os.path.realpath(root))
 
 
+
+def test_a_file_written_beside_the_headers_leaves_the_next_process_on_the_keepers_word(kept) -> None:
+    """The keeper process itself (its poll loop): a file written in the include folder the
+    compiler searched is read, the record checked again, and the next process is served on
+    the keeper's word, not by checking for itself."""
+    root, include, real = kept
+    (include / "notes.txt").write_text("not a header\n")
+    assert keeper._talk(real, b"sync") == b"ok"  # it has read the event and judged the record
+    assert _calls(root, include) == [7, "Served", "Vouched"]
+
 @pytest.mark.parametrize("keeper_then", ["alive", "killed"])
 def test_an_edit_after_the_keeper_vouched_is_the_next_calls_rebuild(kept, keeper_then: str) -> None:
     """Later calls read the keeper's state and ask the kernel whether events wait for it; a
