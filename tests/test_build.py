@@ -562,6 +562,45 @@ def test_a_command_whose_builder_died_as_it_started_it_dies_too(tmp_path: Path, 
             proc.kill()
 
 
+def _started(pid: int) -> int:
+    """A process's start time: /proc/<pid>/stat's 22nd field, clock ticks since boot."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2:].split()[19])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+@pytest.mark.parametrize("started", ["then", "another time"])
+def test_an_orphaned_command_knows_its_builder_by_its_start_not_its_pid_alone(tmp_path: Path, started: str) -> None:
+    """The builder's pid, reused by another process in the moment before an orphaned command's
+    observer looks (pid_max is 32768 here): ABICACHE_TRACE_PARENT holds the builder's start time
+    too, and a live process of that pid started at another time is not the builder. Here the
+    pid is a live process's that is not the command's parent, as an orphan's builder is."""
+    need("cc")
+    from abicache.engine import observe
+
+    library = observe.library(tmp_path / "tools")
+    assert library is not None
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        began = _started(other.pid) + (0 if started == "then" else 1)
+        done = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "LD_PRELOAD": str(library),
+                                   observe.PARENT_VARIABLE: f"{other.pid}:{began}"})
+        if started == "then":  # its builder lives: it runs
+            assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+        else:  # its builder is gone, its pid another's
+            assert done.returncode == -signal.SIGKILL
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/stat is Linux's")
+def test_the_builder_is_named_by_its_pid_and_its_start() -> None:
+    from abicache.engine import observe
+
+    assert observe.parent_value() == f"{os.getpid()}:{_started(os.getpid())}"
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
 def test_a_daemon_the_command_started_runs_its_own_commands_after_the_builder_is_gone(tmp_path: Path) -> None:
     """A compiler cache's server, started by a build's compile, serves later builds: what it

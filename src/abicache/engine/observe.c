@@ -58,6 +58,7 @@
 extern char **environ;
 static int trace_fd = -1;
 static long trace_parent = -1;
+static unsigned long long trace_started = 0;  /* its start time (observe.py parent_value), 0: not given */
 
 #define RECORD_MAX (2 * PATH_MAX + 8)
 
@@ -145,21 +146,30 @@ static void take_parent(void) {
 }
 
 #ifdef __linux__
-/* No such process, or one that has ended and waits for its parent to reap it: a zombie still
- * answers kill(), for as long as its parent (a shell, a scheduler) takes. Its state is read with
- * the system call itself, so that it is never reported as an input of the build. */
+/* No such process; one that has ended and waits for its parent to reap it (a zombie still
+ * answers kill(), for as long as its parent, a shell or a scheduler, takes); or another process
+ * by that pid, started at another time (pids are reused: 32768 of them where pid_max is the
+ * default). Its state is read with the system call itself, so that it is never reported as an
+ * input of the build. */
 static int abicache_gone(void) {
-    if (kill((pid_t)trace_parent, 0) == -1) return errno == ESRCH;
-    char path[64], stat[512];
+    if (kill((pid_t)trace_parent, 0) == -1 && errno == ESRCH) return 1;
+    char path[64], stat[1024];
     snprintf(path, sizeof path, "/proc/%ld/stat", trace_parent);
     int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return errno == ENOENT;
     ssize_t got = read(fd, stat, sizeof stat - 1);
     close(fd);
     if (got <= 0) return 0;
     stat[got] = '\0';
-    const char *state = strrchr(stat, ')');  /* "pid (name) state ...": the name may hold anything */
-    return state && (state[1] == ' ') && (state[2] == 'Z' || state[2] == 'X');
+    const char *field = strrchr(stat, ')');  /* "pid (name) state ...": the name may hold anything */
+    if (!field || field[1] != ' ') return 0;
+    field += 2;  /* the 3rd field, the state */
+    if (*field == 'Z' || *field == 'X') return 1;
+    for (int n = 3; n < 22 && field; n++) {  /* the 22nd, its start time */
+        field = strchr(field, ' ');
+        if (field) field++;
+    }
+    return field && trace_started && strtoull(field, NULL, 10) != trace_started;
 }
 #endif
 
@@ -169,7 +179,9 @@ __attribute__((constructor)) static void start(void) {
             int fd = atoi(*e + sizeof fd_name - 1);
             if (fd > 2 && fcntl(fd, F_GETFD) != -1) trace_fd = fd;
         } else if (strncmp(*e, parent_name, sizeof parent_name - 1) == 0) {
-            trace_parent = atol(*e + sizeof parent_name - 1);
+            const char *value = *e + sizeof parent_name - 1, *started_at = strchr(value, ':');
+            trace_parent = atol(value);
+            if (started_at) trace_started = strtoull(started_at + 1, NULL, 10);
         }
     }
 #ifdef ABICACHE_LOADER_AUDIT

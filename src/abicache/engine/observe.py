@@ -31,7 +31,7 @@ SOURCE = Path(__file__).with_name("observe.c")
 LIBRARY = "libabicache_observe.so"
 AUDITOR = "libabicache_observe_audit.so"  # the same source, built as the loader's auditor (LD_AUDIT)
 FD_VARIABLE = "ABICACHE_TRACE_FD"
-PARENT_VARIABLE = "ABICACHE_TRACE_PARENT"  # this process's pid: the command's own program reports it
+PARENT_VARIABLE = "ABICACHE_TRACE_PARENT"  # parent_value(): the command's own program reports it
 
 
 class Observed(NamedTuple):
@@ -229,6 +229,25 @@ def _static_elf(path: str, head: bytes) -> bool:
     return 3 not in types  # PT_INTERP
 
 
+def parent_value() -> str:
+    """ABICACHE_TRACE_PARENT: this process's pid and, on Linux, its start time (/proc/self/stat's
+    22nd field, clock ticks since boot): a command orphaned as it started dies where its builder
+    is gone (observe.c start), and a pid alone may name another process by then (pids are
+    reused: 32768 of them where pid_max is the default)."""
+    global _parent
+    pid = os.getpid()
+    if _parent[0] != pid:  # the first command, or a forked child's: its own
+        try:
+            text = Path("/proc/self/stat").read_bytes()
+            _parent = (pid, f"{pid}:{int(text[text.rindex(b')') + 2:].split()[19])}")
+        except (OSError, ValueError, IndexError):
+            _parent = (pid, str(pid))
+    return _parent[1]
+
+
+_parent: tuple[int, str] = (0, "")
+
+
 @contextmanager
 def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
     """A Session for one command (None without the library). The command's
@@ -246,7 +265,7 @@ def watching(library: Path | None, scratch: str) -> Iterator[Session | None]:
         auditor = library.with_name(library.name.replace(LIBRARY, AUDITOR))
         audit = ":".join(p for p in (str(auditor), os.environ.get("LD_AUDIT", "")) if p)  # the loader's own reads
         yield Session({"LD_PRELOAD": preload, "LD_AUDIT": audit, FD_VARIABLE: str(fd),
-                       PARENT_VARIABLE: str(os.getpid()), "TMPDIR": str(tmp)}, (fd,), log)
+                       PARENT_VARIABLE: parent_value(), "TMPDIR": str(tmp)}, (fd,), log)
     finally:
         os.close(fd)
 
