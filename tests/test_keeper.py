@@ -245,7 +245,8 @@ def test_a_name_made_where_a_build_looked_keeps_the_keepers_word_unless_it_is_on
     script that writes its outputs beside itself made every next process check ~700 files
     for itself (5-7 ms for a torch extension's load, against ~1.6 ms on the keeper's word). A
     name the build looked for, made there, is a change; a folder that keeps changing is
-    checked again once a second at most, its record forgotten in between."""
+    checked again once a second at most, its record forgotten in between, and the keeper
+    spends AGAIN_BUDGET of any second at most on such checks."""
     root, include, real, name, identity = _recorded(tmp_path)
     monkeypatch.setattr(keeper, "AGAIN_SECONDS", 60.0)  # however slow this machine is
     held, vouched = _held(real, name)
@@ -259,8 +260,14 @@ def test_a_name_made_where_a_build_looked_keeps_the_keepers_word_unless_it_is_on
         held.refresh()
         assert not vouched.unchanged() and held.kept == {}
         monkeypatch.setattr(keeper, "AGAIN_SECONDS", 0.0)
+        monkeypatch.setattr(keeper, "AGAIN_BUDGET", 0.0)  # no time left this second to check it again
         held.learn(name)
         (include / "more.txt").write_text("")
+        held.refresh()
+        assert held.kept == {}
+        monkeypatch.setattr(keeper, "AGAIN_BUDGET", 60.0)
+        held.learn(name)
+        (include / "more.txt").unlink()
         held.refresh()
         assert vouched.find(name, identity) == "yes"
         (include / "bits").mkdir()  # where the compiler looked for <bits/stdc++.h> first (the record's "m" witness)
