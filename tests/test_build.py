@@ -601,6 +601,7 @@ def test_the_builder_is_named_by_its_pid_and_its_start() -> None:
 
     assert observe.parent_value() == f"{os.getpid()}:{_started(os.getpid())}"
 
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
 def test_a_daemon_the_command_started_runs_its_own_commands_after_the_builder_is_gone(tmp_path: Path) -> None:
     """A compiler cache's server, started by a build's compile, serves later builds: what it
